@@ -1,0 +1,9 @@
+/* cli.h — the subcommands of the cwen binary; main.c dispatches to them.
+ * Each takes argc/argv after the subcommand name and returns the exit code. */
+#ifndef CW_CLI_H
+#define CW_CLI_H
+
+int cw_cmd_inspect(int argc, char **argv);
+int cw_cmd_mkmodel(int argc, char **argv);
+
+#endif

@@ -1,0 +1,42 @@
+/* main.c — the cwen binary: dispatches to a subcommand, nothing else. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+struct subcommand {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+};
+
+static const struct subcommand commands[] = {
+    {"inspect", cw_cmd_inspect, "print a GGUF's metadata, tensors and memory budget"},
+    {"mkmodel", cw_cmd_mkmodel, "write a synthetic Qwen3.6 GGUF (random weights, real shapes)"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: cwen <command> [options]   (cwen <command> --help for each)\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "cwen: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,2 @@
+/* STUB — replaced by the gguf work */
+#include "gguf/gguf.h"
