@@ -845,7 +845,17 @@ int64_t cw_gguf_arr_i64(const struct cw_gguf_value *v, uint64_t i)
     case CW_GGUF_U64:
     case CW_GGUF_I64: return (int64_t)le(p + 8 * i, 8);
     case CW_GGUF_F32:
-    case CW_GGUF_F64: return (int64_t)cw_gguf_arr_f64(v, i);
+    case CW_GGUF_F64: {
+        /* truncated toward zero and clamped: converting an out-of-range double is undefined */
+        double d = cw_gguf_arr_f64(v, i);
+        if (!(d == d))
+            return 0;
+        if (d >= 9223372036854775807.0)
+            return INT64_MAX;
+        if (d <= -9223372036854775808.0)
+            return INT64_MIN;
+        return (int64_t)d;
+    }
     default: return 0;
     }
 }
