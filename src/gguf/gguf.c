@@ -407,7 +407,10 @@ static int rd_tensors(struct rd *r, struct cw_gguf *g, struct mem *m)
             return fail(r, off_at, "tensor '%s': data offset %" PRIu64 " is not a multiple of the alignment %" PRIu64,
                         nb, off, g->alignment);
         uint64_t room = g->size - g->data_offset; /* data_offset <= size checked by caller */
-        if (off > room || bytes > room - off)
+        if (off > room)
+            return fail(r, off_at, "tensor '%s': data offset %" PRIu64 " is past end of file (data section "
+                        "[%" PRIu64 ", %" PRIu64 "))", nb, off, g->data_offset, g->size);
+        if (bytes > room - off)
             return fail(r, off_at, "tensor '%s': data [%" PRIu64 ", %" PRIu64 ") extends past end of file (size %"
                         PRIu64 ")", nb, sat_add(g->data_offset, off),
                         sat_add(sat_add(g->data_offset, off), bytes), g->size);
