@@ -242,7 +242,7 @@ static void run(const char *name)
     /* the corpus */
     rng_state = 0x9E3779B97F4A7C15ull;
     struct cw_tokens toks = {0};
-    int n_docs = 3000, bad_ids[2] = {0, 0}, bad_detok[2] = {0, 0};
+    int n_docs = 2000, bad_ids[2] = {0, 0}, bad_detok[2] = {0, 0};
     size_t bytes = 0, n_ids = 0;
     struct buf all = {0};
     char *d1 = NULL, *d2 = NULL;
@@ -306,7 +306,14 @@ static void run(const char *name)
     double mb = (double)all.n / 1e6;
     note("%s: throughput on %.2f MB: cwen %.1f MB/s (%.3f s), llama.cpp %.1f MB/s (%.3f s)", name,
          mb, mb / (t2 - t1), t2 - t1, mb / (t1 - t0), t1 - t0);
+#if defined(__SANITIZE_ADDRESS__) || defined(__has_feature)
+#if defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
     ok(t2 - t1 < 1.0, "%s: 1 MB tokenizes in under a second", name);
+#endif
     free(ref);
     free(all.p);
     free(d1);
