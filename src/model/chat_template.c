@@ -460,7 +460,7 @@ static int render_content(struct render *r, const struct cw_chat_msg *m, bool co
     return 0;
 }
 
-/* render_content(...)|trim into a fresh buffer; *s/*n point into it. */
+/* render_content(...)|trim into a fresh buffer; s and n point into it. */
 static int content_trimmed(struct render *r, const struct cw_chat_msg *m, bool count, bool is_system,
                            struct sbuf *b, const char **s, size_t *n)
 {
