@@ -86,15 +86,12 @@ static struct co_result co_run(const char *text, size_t len, bool in_reasoning, 
     }
     res.ok = res.ok && cw_chat_parser_finish(&p, &err) == 0;
     struct cw_chat_strbuf calls = {0};
-    size_t raw_args = 0;
     for (size_t i = 0; i < p.n_calls; i++) {
         co_append(&calls, p.calls[i].name, strlen(p.calls[i].name));
         co_append(&calls, "(", 1);
         co_append(&calls, p.calls[i].arguments, strlen(p.calls[i].arguments));
         co_append(&calls, ")\n", 2);
-        raw_args += strlen(p.calls[i].arguments);
     }
-    (void)raw_args;
     res.events_match = st.args_ok && st.r.n == p.reasoning.n && st.c.n == p.content.n &&
                        !memcmp(st.r.p ? st.r.p : "", p.reasoning.p, p.reasoning.n) &&
                        !memcmp(st.c.p ? st.c.p : "", p.content.p, p.content.n) &&
