@@ -101,11 +101,11 @@ static const struct cap *get(const struct caps *cs, int last, const char *fmt, i
 
 /* ---- per-op error bookkeeping ---- */
 struct opstat {
-    const char *op;
+    char op[96];
     double bound, worst;
     int n;
 };
-static struct opstat stats[64];
+static struct opstat stats[96];
 static int n_stats;
 
 static void check(const char *op, double bound, const float *got, const struct cap *ref, int64_t n)
@@ -115,8 +115,13 @@ static void check(const char *op, double bound, const float *got, const struct c
         if (!strcmp(stats[i].op, op))
             s = &stats[i];
     if (!s) {
+        if (n_stats == (int)(sizeof stats / sizeof *stats)) {
+            ok(0, "too many op kinds");
+            return;
+        }
         s = &stats[n_stats++];
-        *s = (struct opstat){op, bound, 0, 0};
+        *s = (struct opstat){"", bound, 0, 0};
+        snprintf(s->op, sizeof s->op, "%s", op);
     }
     if (!ref || nel(ref) != n) {
         ok(0, "%s: llama.cpp tensor missing or of another size (%lld vs %lld)", op,
@@ -254,7 +259,7 @@ static void run_model(const char *label, const char *args)
         cs.verbose = 0;
         const char *ph = call == 0 ? "prefill" : "decode";
         char op[96];
-#define OP(s) (snprintf(op, sizeof op, "%s %s", s, ph), strdup(op))
+#define OP(s) (snprintf(op, sizeof op, "%s %s", s, ph), op)
         for (int il = 0; il < L; il++) {
             /* block input, attn_norm */
             const struct cap *in = il ? get(&cs, 0, "l_out", il - 1) : get(&cs, 0, "model.input_embed", -1);
