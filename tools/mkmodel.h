@@ -36,6 +36,8 @@ struct cw_mkmodel_opts {
     enum cw_mix mix;
     uint64_t seed;
     float std;                 /* weight standard deviation (0: default 0.1) */
+    float logit_std;           /* output.weight std × √n_embd, i.e. the logits' std for a
+                                  unit-RMS hidden state (0: default CW_MKMODEL_DEFAULT_LOGIT_STD) */
     int n_threads;             /* 0: number of online CPUs */
     const char *vocab_path;    /* tokenizer source GGUF (NULL: the oracle's qwen35 vocab) */
     const char *template_path; /* chat template (NULL: the oracle's Qwen3.5-4B.jinja) */
@@ -53,6 +55,7 @@ struct cw_mkmodel_result {
 };
 
 #define CW_MKMODEL_DEFAULT_STD 0.1f
+#define CW_MKMODEL_DEFAULT_LOGIT_STD 6.0f
 
 /* Default paths under $CWEN_ORACLE_DIR (default ~/.cache/cwen-oracle); buf
  * receives the path. */
