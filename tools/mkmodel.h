@@ -49,6 +49,7 @@ struct cw_mkmodel_result {
     uint64_t n_tensors;
     uint64_t file_size;   /* bytes */
     uint64_t n_params;    /* elements over all tensors */
+    uint64_t decode_bytes; /* weight bytes read per token by the main pass (cw_qwen35_decode_bytes) */
     double seconds;       /* wall time of the data phase */
     /* ids the special tokens got (-1 if absent) */
     int32_t id_think, id_think_end, id_tool_call, id_tool_call_end, id_tool_resp, id_tool_resp_end;
