@@ -5,7 +5,8 @@
  * chosen mix), random weights, and a real tokenizer copied from a vocabulary
  * GGUF. The tensor list comes from model/qwen35 (cw_qwen35_tensors); this
  * module owns weight initialisation, the mix rules and parallel writing.
- * Output is a function of (hparams, mix, seed, std, vocab, template) only:
+ * Output is a function of (hparams, mix, seed, std, logit_std, vocab,
+ * template, name) only:
  * each chunk of rows is seeded from seed + tensor name + chunk index, so the
  * thread count never changes a byte. */
 #ifndef CW_MKMODEL_H
