@@ -87,16 +87,22 @@ static inline float cw_reduce32(const float l[32])
     return u[0] + u[1];
 }
 
-/* Q4_K/Q5_K scale and min of sub-block s from the 12 packed bytes. */
-static inline void cw_k4_scale_min(const uint8_t *q, int s, int *sc, int *m)
+/* Q4_K/Q5_K: the eight 6-bit scales and mins of the 12 packed bytes, by
+ * whole words (no branches): for s < 4 sc = b[s] & 63, m = b[s+4] & 63; for
+ * s >= 4 the low 4 bits come from b[s+4] (low / high nibble) and the top 2
+ * from the spare top bits of b[s-4] / b[s]. */
+static inline void cw_k4_unpack(const uint8_t *q, uint8_t sc[8], uint8_t mn[8])
 {
-    if (s < 4) {
-        *sc = q[s] & 63;
-        *m = q[s + 4] & 63;
-    } else {
-        *sc = (q[s + 4] & 15) | ((q[s - 4] >> 6) << 4);
-        *m = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
-    }
+    uint32_t u0, u1, u2, o[4];
+    memcpy(&u0, q, 4);
+    memcpy(&u1, q + 4, 4);
+    memcpy(&u2, q + 8, 4);
+    o[0] = u0 & 0x3f3f3f3fu;
+    o[1] = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
+    o[2] = u1 & 0x3f3f3f3fu;
+    o[3] = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
+    memcpy(sc, o, 8);
+    memcpy(mn, o + 2, 8);
 }
 
 #define CW_DOT_DECL(name) float name(int64_t n, const void *w_row, const void *xq);

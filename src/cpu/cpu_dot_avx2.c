@@ -150,6 +150,21 @@ AVX2 static inline __m256i scale2(int lo, int hi)
                                    _mm_set1_epi16((short)hi), 1);
 }
 
+/* Unpacks the scales (OUT: sc) and returns Σ_s min_s·(bsum_2s + bsum_2s+1). */
+AVX2 static inline int32_t k4_scales_summ(const uint8_t *packed, const int16_t *bsums, uint8_t sc[8])
+{
+    uint8_t mn[8];
+    cw_k4_unpack(packed, sc, mn);
+    __m128i b0 = _mm_loadu_si128((const __m128i *)bsums);
+    __m128i b1 = _mm_loadu_si128((const __m128i *)(bsums + 8));
+    __m128i pairs = _mm_hadd_epi16(b0, b1); /* |pair| <= 4064: no overflow */
+    __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
+    __m128i p = _mm_madd_epi16(pairs, m16);
+    p = _mm_add_epi32(p, _mm_unpackhi_epi64(p, p));
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 1));
+    return _mm_cvtsi128_si32(p);
+}
+
 AVX2 float cw_dot_q4_k_avx2(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_q4_k *w = w_row;
@@ -157,12 +172,8 @@ AVX2 float cw_dot_q4_k_avx2(int64_t n, const void *w_row, const void *xq)
     const __m256i m4 = _mm256_set1_epi8(15);
     float acc = 0;
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
-        int sc[8], mn[8];
-        int32_t summ = 0;
-        for (int s = 0; s < 8; s++) {
-            cw_k4_scale_min(w[b].scales, s, &sc[s], &mn[s]);
-            summ += mn[s] * (x[b].bsums[2 * s] + x[b].bsums[2 * s + 1]);
-        }
+        uint8_t sc[8];
+        int32_t summ = k4_scales_summ(w[b].scales, x[b].bsums, sc);
         __m256i vs = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * c));
@@ -186,12 +197,8 @@ AVX2 float cw_dot_q5_k_avx2(int64_t n, const void *w_row, const void *xq)
     const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
     float acc = 0;
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
-        int sc[8], mn[8];
-        int32_t summ = 0;
-        for (int s = 0; s < 8; s++) {
-            cw_k4_scale_min(w[b].scales, s, &sc[s], &mn[s]);
-            summ += mn[s] * (x[b].bsums[2 * s] + x[b].bsums[2 * s + 1]);
-        }
+        uint8_t sc[8];
+        int32_t summ = k4_scales_summ(w[b].scales, x[b].bsums, sc);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)w[b].qh);
         __m256i vs = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {

@@ -247,9 +247,10 @@ float cw_dot_q4_k_ref(int64_t n, const void *w_row, const void *xq)
     float acc = 0;
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
         int32_t sumi = 0, summ = 0;
+        uint8_t scs[8], mns[8];
+        cw_k4_unpack(w[b].scales, scs, mns);
         for (int s = 0; s < 8; s++) {
-            int sc, m;
-            cw_k4_scale_min(w[b].scales, s, &sc, &m);
+            int sc = scs[s], m = mns[s];
             const uint8_t *q = w[b].qs + 32 * (s / 2);
             int shift = 4 * (s % 2);
             int32_t d = 0;
@@ -270,9 +271,10 @@ float cw_dot_q5_k_ref(int64_t n, const void *w_row, const void *xq)
     float acc = 0;
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
         int32_t sumi = 0, summ = 0;
+        uint8_t scs[8], mns[8];
+        cw_k4_unpack(w[b].scales, scs, mns);
         for (int s = 0; s < 8; s++) {
-            int sc, m;
-            cw_k4_scale_min(w[b].scales, s, &sc, &m);
+            int sc = scs[s], m = mns[s];
             const uint8_t *q = w[b].qs + 32 * (s / 2);
             int shift = 4 * (s % 2);
             int32_t d = 0;
