@@ -138,8 +138,60 @@ static void test_vec_dot(enum cw_qtype t)
        worst);
     ok(bit_same, "%s: %s kernel bit-identical to scalar over %d dots", name,
        best == CW_CPU_AVX2 ? "AVX2" : "scalar", n_checked);
-    note("%-7s act=%-5s max rel err %.2e, simd==scalar %s", name,
-         cw_qtype_name((uint32_t)cw_cpu_vec_dot_type(t)), worst, bit_same ? "yes" : "NO");
+    note("%-7s act=%-5s max rel err %.2e, simd==scalar %s%s", name,
+         cw_qtype_name((uint32_t)cw_cpu_vec_dot_type(t)), worst, bit_same ? "yes" : "NO",
+         cw_cpu_vec_dot_fn(t, best) != cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR) ? " (own SIMD kernel)"
+                                                                           : " (scalar only)");
+}
+
+/* Blocks of random bytes (every bit pattern of quants and 6-bit scales),
+ * with only the float scale fields set to sane values: the AVX2 kernels must
+ * still equal the scalar ones bit for bit. */
+static void test_random_blocks(void)
+{
+    static const struct {
+        enum cw_qtype t;
+        int off[2]; /* f16 scale offsets in the block; -1 none */
+    } cases[] = {
+        {CW_TYPE_Q8_0, {0, -1}},  {CW_TYPE_Q4_0, {0, -1}}, {CW_TYPE_IQ4_NL, {0, -1}},
+        {CW_TYPE_MXFP4, {-1, -1}}, {CW_TYPE_Q4_K, {0, 2}},  {CW_TYPE_Q5_K, {0, 2}},
+        {CW_TYPE_Q6_K, {208, -1}}, {CW_TYPE_IQ4_XS, {0, -1}},
+    };
+    enum cw_cpu_isa best = cw_cpu_isa_best();
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        enum cw_qtype t = cases[c].t;
+        const struct cw_qtype_traits *tr = cw_qtype_traits(t);
+        int64_t n = 1024, nb = n / tr->block_elems;
+        size_t rb = cw_qtype_row_bytes(t, n);
+        uint8_t *wq = malloc(rb);
+        float *x = malloc(n * sizeof(float));
+        void *xq = malloc(cw_cpu_act_bytes(t, n));
+        int same = 1;
+        for (int rep = 0; rep < 200; rep++) {
+            for (size_t i = 0; i < rb; i++)
+                wq[i] = (uint8_t)(urand() * 256);
+            for (int64_t b = 0; b < nb; b++) {
+                uint8_t *blk = wq + b * tr->block_bytes;
+                if (t == CW_TYPE_MXFP4)
+                    blk[0] = (uint8_t)(118 + urand() * 16);
+                for (int k = 0; k < 2; k++)
+                    if (cases[c].off[k] >= 0) {
+                        cw_f16 h = cw_f32_to_f16((float)(urand() - 0.5) * 0.01f);
+                        memcpy(blk + cases[c].off[k], &h, 2);
+                    }
+            }
+            fill(x, n);
+            cw_cpu_quantize_act(t, x, xq, n);
+            float a = cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR)(n, wq, xq);
+            float b = cw_cpu_vec_dot_fn(t, best)(n, wq, xq);
+            same &= !memcmp(&a, &b, sizeof a) && isfinite(a);
+        }
+        ok(same, "%s: random blocks: SIMD == scalar bit for bit", cw_qtype_name(t));
+        if (best == CW_CPU_AVX2)
+            ok(cw_cpu_vec_dot_fn(t, best) != cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR),
+               "%s has its own AVX2 kernel", cw_qtype_name(t));
+        free(wq), free(x), free(xq);
+    }
 }
 
 static void test_matmul(enum cw_qtype t, struct cw_pool pools[3])
@@ -272,6 +324,7 @@ int main(void)
         struct cw_err err = {0};
         ok(cw_pool_init(&pools[p], p + 1, &err) == 0, "pool %d: %s", p + 1, err.msg);
     }
+    test_random_blocks();
     for (int i = 0; i < N_TYPES; i++) {
         ok(cw_cpu_supports(types[i]), "%s supported", cw_qtype_name(types[i]));
         test_vec_dot(types[i]);

@@ -40,6 +40,15 @@ static inline float cw_h2f(cw_f16 h)
     return f;
 }
 
+/* 2^(e-128): the E8M0 scale halved, because the FP4 levels are doubled. */
+static inline float cw_e8m0_half(uint8_t e)
+{
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
 /* acc + (d_w*d_x)*sumi: one scale per block. */
 static inline float cw_comb1(float acc, float dw, float dx, int32_t sumi)
 {
@@ -133,6 +142,7 @@ CW_DOT_DECL(cw_dot_bf16_avx2)
 CW_DOT_DECL(cw_dot_q8_0_avx2)
 CW_DOT_DECL(cw_dot_q4_0_avx2)
 CW_DOT_DECL(cw_dot_iq4_nl_avx2)
+CW_DOT_DECL(cw_dot_mxfp4_avx2)
 CW_DOT_DECL(cw_dot_q4_k_avx2)
 CW_DOT_DECL(cw_dot_q5_k_avx2)
 CW_DOT_DECL(cw_dot_q6_k_avx2)

@@ -1,5 +1,5 @@
 /* cpu_dot_avx2.c — AVX2 (+FMA, F16C) vec_dot kernels for the hot types:
- * F32/F16/BF16, Q8_0, Q4_0, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS.
+ * F32/F16/BF16, Q8_0, Q4_0, IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K, IQ4_XS.
  *
  * Each function is compiled for the avx2 target by attribute, so the build
  * stays portable; cpu_gemv.c calls them only after a run-time CPU check. The
@@ -138,6 +138,23 @@ AVX2 float cw_dot_iq4_nl_avx2(int64_t n, const void *w_row, const void *xq)
         __m256i q = _mm256_shuffle_epi8(tab, nibbles32(w[b].qs));
         __m256i s = dot_s8(q, _mm256_loadu_si256((const __m256i *)x[b].qs));
         acc = cw_comb1(acc, h2f(w[b].d), h2f(x[b].d), hsum_i32(s));
+    }
+    return acc;
+}
+
+/* MXFP4: the doubled E2M1 levels by table, the halved E8M0 scale applied in
+ * the same order as the scalar kernel. */
+AVX2 float cw_dot_mxfp4_avx2(int64_t n, const void *w_row, const void *xq)
+{
+    const struct cw_block_mxfp4 *w = w_row;
+    const struct cw_block_q8_0 *x = xq;
+    const __m256i tab = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    float acc = 0;
+    for (int64_t b = 0; b < n / CW_QK; b++) {
+        __m256i q = _mm256_shuffle_epi8(tab, nibbles32(w[b].qs));
+        __m256i s = dot_s8(q, _mm256_loadu_si256((const __m256i *)x[b].qs));
+        acc = cw_comb1(acc, h2f(x[b].d), cw_e8m0_half(w[b].e), hsum_i32(s));
     }
     return acc;
 }

@@ -138,15 +138,6 @@ float cw_dot_iq4_nl_ref(int64_t n, const void *w_row, const void *xq)
     return acc;
 }
 
-/* 2^(e-128): the E8M0 scale halved, because kv_fp4 is doubled. */
-static float e8m0_half(uint8_t e)
-{
-    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 float cw_dot_mxfp4_ref(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_mxfp4 *w = w_row;
@@ -156,7 +147,7 @@ float cw_dot_mxfp4_ref(int64_t n, const void *w_row, const void *xq)
         int32_t s = 0;
         for (int j = 0; j < 16; j++)
             s += kv_fp4[w[b].qs[j] & 15] * x[b].qs[j] + kv_fp4[w[b].qs[j] >> 4] * x[b].qs[j + 16];
-        acc = cw_comb1(acc, cw_h2f(x[b].d), e8m0_half(w[b].e), s);
+        acc = cw_comb1(acc, cw_h2f(x[b].d), cw_e8m0_half(w[b].e), s);
     }
     return acc;
 }
