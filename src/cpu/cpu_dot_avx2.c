@@ -161,21 +161,26 @@ AVX2 float cw_dot_mxfp4_avx2(int64_t n, const void *w_row, const void *xq)
 
 /* ---- K-quants against Q8_K ---------------------------------------------- */
 
-AVX2 static inline __m256i scale2(int lo, int hi)
+/* pshufb mask broadcasting 16-bit element lo (low 128-bit lane) and hi
+ * (high lane) of a register that holds 8 i16 in both lanes. */
+AVX2 static inline __m256i pick16(int lo, int hi)
 {
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)lo)),
-                                   _mm_set1_epi16((short)hi), 1);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)(0x0100 + 0x0202 * lo))),
+                                   _mm_set1_epi16((short)(0x0100 + 0x0202 * hi)), 1);
 }
 
-/* Unpacks the scales (OUT: sc) and returns Σ_s min_s·(bsum_2s + bsum_2s+1). */
-AVX2 static inline int32_t k4_scales_summ(const uint8_t *packed, const int16_t *bsums, uint8_t sc[8])
+/* Unpacks the scales as 8 i16 in both lanes (OUT: sc16) and returns
+ * Σ_s min_s·(bsum_2s + bsum_2s+1). */
+AVX2 static inline int32_t k4_scales_summ(const uint8_t *packed, const int16_t *bsums, __m256i *sc16)
 {
-    uint8_t mn[8];
-    cw_k4_unpack(packed, sc, mn);
+    uint8_t sm[16];
+    cw_k4_unpack(packed, sm, sm + 8);
+    __m128i both = _mm_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm));
+    __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(_mm_loadu_si128((const __m128i *)sm), 8));
+    *sc16 = _mm256_broadcastsi128_si256(both);
     __m128i b0 = _mm_loadu_si128((const __m128i *)bsums);
     __m128i b1 = _mm_loadu_si128((const __m128i *)(bsums + 8));
     __m128i pairs = _mm_hadd_epi16(b0, b1); /* |pair| <= 4064: no overflow */
-    __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
     __m128i p = _mm_madd_epi16(pairs, m16);
     p = _mm_add_epi32(p, _mm_unpackhi_epi64(p, p));
     p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 1));
@@ -189,8 +194,8 @@ AVX2 float cw_dot_q4_k_avx2(int64_t n, const void *w_row, const void *xq)
     const __m256i m4 = _mm256_set1_epi8(15);
     float acc = 0;
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
-        uint8_t sc[8];
-        int32_t summ = k4_scales_summ(w[b].scales, x[b].bsums, sc);
+        __m256i sc16;
+        int32_t summ = k4_scales_summ(w[b].scales, x[b].bsums, &sc16);
         __m256i vs = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * c));
@@ -198,8 +203,8 @@ AVX2 float cw_dot_q4_k_avx2(int64_t n, const void *w_row, const void *xq)
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
             __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(x[b].qs + 64 * c)));
             __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x[b].qs + 64 * c + 32)));
-            p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16((short)sc[2 * c]));
-            p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16((short)sc[2 * c + 1]));
+            p0 = _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc16, pick16(2 * c, 2 * c)));
+            p1 = _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc16, pick16(2 * c + 1, 2 * c + 1)));
             vs = _mm256_add_epi32(vs, _mm256_add_epi32(p0, p1));
         }
         acc = cw_comb_min(acc, x[b].d, h2f(w[b].d), h2f(w[b].dmin), hsum_i32(vs), summ);
@@ -214,8 +219,8 @@ AVX2 float cw_dot_q5_k_avx2(int64_t n, const void *w_row, const void *xq)
     const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
     float acc = 0;
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
-        uint8_t sc[8];
-        int32_t summ = k4_scales_summ(w[b].scales, x[b].bsums, sc);
+        __m256i sc16;
+        int32_t summ = k4_scales_summ(w[b].scales, x[b].bsums, &sc16);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)w[b].qh);
         __m256i vs = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
@@ -228,8 +233,8 @@ AVX2 float cw_dot_q5_k_avx2(int64_t n, const void *w_row, const void *xq)
             __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hhi);
             __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(x[b].qs + 64 * c)));
             __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x[b].qs + 64 * c + 32)));
-            p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16((short)sc[2 * c]));
-            p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16((short)sc[2 * c + 1]));
+            p0 = _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc16, pick16(2 * c, 2 * c)));
+            p1 = _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc16, pick16(2 * c + 1, 2 * c + 1)));
             vs = _mm256_add_epi32(vs, _mm256_add_epi32(p0, p1));
         }
         acc = cw_comb_min(acc, x[b].d, h2f(w[b].d), h2f(w[b].dmin), hsum_i32(vs), summ);
@@ -246,11 +251,13 @@ AVX2 float cw_dot_q6_k_avx2(int64_t n, const void *w_row, const void *xq)
     const __m256i m4 = _mm256_set1_epi8(15);
     float acc = 0;
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
-        const int8_t *sc = w[b].scales;
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales));
         __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)x[b].bsums));
         __m256i vs = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
         for (int h = 0; h < 2; h++) {
+            /* scales 8h..8h+7 as i16 in both lanes */
+            __m256i sch = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11)
+                            : _mm256_permute2x128_si256(sc16, sc16, 0x00);
             __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w[b].ql + 64 * h));
             __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w[b].ql + 64 * h + 32));
             __m256i qh = _mm256_loadu_si256((const __m256i *)(w[b].qh + 32 * h));
@@ -266,8 +273,8 @@ AVX2 float cw_dot_q6_k_avx2(int64_t n, const void *w_row, const void *xq)
             for (int g = 0; g < 4; g++) {
                 const int8_t *a = x[b].qs + 128 * h + 32 * g;
                 __m256i p = _mm256_maddubs_epi16(q[g], _mm256_loadu_si256((const __m256i *)a));
-                int k = 8 * h + 2 * g;
-                vs = _mm256_add_epi32(vs, _mm256_madd_epi16(p, scale2(sc[k], sc[k + 1])));
+                __m256i scv = _mm256_shuffle_epi8(sch, pick16(2 * g, 2 * g + 1));
+                vs = _mm256_add_epi32(vs, _mm256_madd_epi16(p, scv));
             }
         }
         acc = cw_comb1(acc, x[b].d, h2f(w[b].d), hsum_i32(vs));
