@@ -88,18 +88,6 @@ FLOAT_DOT_AVX2(cw_dot_bf16_avx2, cw_bf16, ld_bf16, cw_bf16_to_f32)
 
 /* ---- 32-element blocks against Q8_0 ------------------------------------- */
 
-AVX2 float cw_dot_q8_0_avx2(int64_t n, const void *w_row, const void *xq)
-{
-    const struct cw_block_q8_0 *w = w_row, *x = xq;
-    float acc = 0;
-    for (int64_t b = 0; b < n / CW_QK; b++) {
-        __m256i s = dot_s8(_mm256_loadu_si256((const __m256i *)w[b].qs),
-                           _mm256_loadu_si256((const __m256i *)x[b].qs));
-        acc = cw_comb1(acc, h2f(w[b].d), h2f(x[b].d), hsum_i32(s));
-    }
-    return acc;
-}
-
 /* 16 packed nibbles -> 32 bytes: low nibbles first, then high (the legacy
  * element order). */
 AVX2 static inline __m256i nibbles32(const uint8_t *q)
@@ -109,54 +97,129 @@ AVX2 static inline __m256i nibbles32(const uint8_t *q)
     return _mm256_and_si256(both, _mm256_set1_epi8(15));
 }
 
-AVX2 float cw_dot_q4_0_avx2(int64_t n, const void *w_row, const void *xq)
-{
-    const struct cw_block_q4_0 *w = w_row;
-    const struct cw_block_q8_0 *x = xq;
-    float acc = 0;
-    for (int64_t b = 0; b < n / CW_QK; b++) {
-        __m256i q = _mm256_sub_epi8(nibbles32(w[b].qs), _mm256_set1_epi8(8));
-        __m256i s = dot_s8(q, _mm256_loadu_si256((const __m256i *)x[b].qs));
-        acc = cw_comb1(acc, h2f(w[b].d), h2f(x[b].d), hsum_i32(s));
-    }
-    return acc;
-}
-
 AVX2 static inline __m256i iq4_table(void)
 {
     __m128i t = _mm_loadu_si128((const __m128i *)cw_iq4nl_values);
     return _mm256_broadcastsi128_si256(t);
 }
 
-AVX2 float cw_dot_iq4_nl_avx2(int64_t n, const void *w_row, const void *xq)
+AVX2 static inline __m256i fp4_table(void)
 {
-    const struct cw_block_iq4_nl *w = w_row;
-    const struct cw_block_q8_0 *x = xq;
-    const __m256i tab = iq4_table();
-    float acc = 0;
-    for (int64_t b = 0; b < n / CW_QK; b++) {
-        __m256i q = _mm256_shuffle_epi8(tab, nibbles32(w[b].qs));
-        __m256i s = dot_s8(q, _mm256_loadu_si256((const __m256i *)x[b].qs));
-        acc = cw_comb1(acc, h2f(w[b].d), h2f(x[b].d), hsum_i32(s));
-    }
-    return acc;
+    return _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3,
+                            4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
 }
 
-/* MXFP4: the doubled E2M1 levels by table, the halved E8M0 scale applied in
- * the same order as the scalar kernel. */
+/* Lane j = the sum of all lanes of v[j]: eight blocks' totals at once. */
+AVX2 static inline __m256i hsum8x8(const __m256i v[8])
+{
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* The f16 at byte 0 of eight blocks `stride` bytes apart (reads 4 bytes of
+ * each; every block is longer than that). */
+AVX2 static inline __m256 f16x8(const void *p, int stride)
+{
+    __m256i off = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride));
+    __m256i v = _mm256_and_si256(_mm256_i32gather_epi32((const int *)p, off, 1), _mm256_set1_epi32(0xffff));
+    v = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+}
+
+/* E8M0 halved (cw_e8m0_half) of the byte at offset 0 of eight blocks. */
+AVX2 static inline __m256 e8m0x8(const void *p, int stride)
+{
+    __m256i off = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride));
+    __m256i e = _mm256_and_si256(_mm256_i32gather_epi32((const int *)p, off, 1), _mm256_set1_epi32(0xff));
+    __m256i norm = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    __m256i den = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(norm, den, small));
+}
+
+enum leg { LEG_Q8_0, LEG_Q4_0, LEG_IQ4_NL, LEG_MXFP4 };
+
+/* 8 x i32 partial sums of one block's integer dot product. */
+AVX2 __attribute__((always_inline)) static inline __m256i leg_block(enum leg k, const uint8_t *blk,
+                                                                    const int8_t *a, __m256i tab)
+{
+    __m256i q;
+    switch (k) {
+    case LEG_Q8_0:
+        q = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        break;
+    case LEG_Q4_0:
+        q = _mm256_sub_epi8(nibbles32(blk + 2), _mm256_set1_epi8(8));
+        break;
+    case LEG_IQ4_NL:
+        q = _mm256_shuffle_epi8(tab, nibbles32(blk + 2));
+        break;
+    default: /* MXFP4 */
+        q = _mm256_shuffle_epi8(tab, nibbles32(blk + 1));
+        break;
+    }
+    return dot_s8(q, _mm256_loadu_si256((const __m256i *)a));
+}
+
+/* Groups of eight blocks: eight integer sums reduced together, then lane j
+ * of the float accumulator takes block 8g+j, with the same float steps as
+ * cw_comb1 (d_w·d_x, times the sum, added). The tail goes block by block
+ * into the same lanes, as the scalar kernel does. */
+AVX2 __attribute__((always_inline)) static inline float leg_dot(enum leg k, int bb, int64_t n,
+                                                                const void *w_row, const void *xq)
+{
+    const uint8_t *w = w_row;
+    const struct cw_block_q8_0 *x = xq;
+    const int64_t nb = n / CW_QK;
+    const __m256i tab = k == LEG_MXFP4 ? fp4_table() : iq4_table();
+    __m256 accv = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        __m256i s[8];
+        for (int j = 0; j < 8; j++)
+            s[j] = leg_block(k, w + (b + j) * bb, x[b + j].qs, tab);
+        __m256 sumf = _mm256_cvtepi32_ps(hsum8x8(s));
+        __m256 dx = f16x8(&x[b].d, (int)sizeof(struct cw_block_q8_0));
+        __m256 dd = k == LEG_MXFP4 ? _mm256_mul_ps(dx, e8m0x8(w + b * bb, bb))
+                                   : _mm256_mul_ps(f16x8(w + b * bb, bb), dx);
+        accv = _mm256_add_ps(accv, _mm256_mul_ps(dd, sumf));
+    }
+    float acc[8];
+    _mm256_storeu_ps(acc, accv);
+    for (; b < nb; b++) {
+        const uint8_t *blk = w + b * bb;
+        int32_t si = hsum_i32(leg_block(k, blk, x[b].qs, tab));
+        if (k == LEG_MXFP4) {
+            acc[b & 7] = cw_comb1(acc[b & 7], h2f(x[b].d), cw_e8m0_half(blk[0]), si);
+        } else {
+            cw_f16 dw;
+            memcpy(&dw, blk, 2);
+            acc[b & 7] = cw_comb1(acc[b & 7], h2f(dw), h2f(x[b].d), si);
+        }
+    }
+    return cw_reduce8(acc);
+}
+
+AVX2 float cw_dot_q8_0_avx2(int64_t n, const void *w_row, const void *xq)
+{
+    return leg_dot(LEG_Q8_0, sizeof(struct cw_block_q8_0), n, w_row, xq);
+}
+
+AVX2 float cw_dot_q4_0_avx2(int64_t n, const void *w_row, const void *xq)
+{
+    return leg_dot(LEG_Q4_0, sizeof(struct cw_block_q4_0), n, w_row, xq);
+}
+
+AVX2 float cw_dot_iq4_nl_avx2(int64_t n, const void *w_row, const void *xq)
+{
+    return leg_dot(LEG_IQ4_NL, sizeof(struct cw_block_iq4_nl), n, w_row, xq);
+}
+
 AVX2 float cw_dot_mxfp4_avx2(int64_t n, const void *w_row, const void *xq)
 {
-    const struct cw_block_mxfp4 *w = w_row;
-    const struct cw_block_q8_0 *x = xq;
-    const __m256i tab = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
-                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-    float acc = 0;
-    for (int64_t b = 0; b < n / CW_QK; b++) {
-        __m256i q = _mm256_shuffle_epi8(tab, nibbles32(w[b].qs));
-        __m256i s = dot_s8(q, _mm256_loadu_si256((const __m256i *)x[b].qs));
-        acc = cw_comb1(acc, h2f(x[b].d), cw_e8m0_half(w[b].e), hsum_i32(s));
-    }
-    return acc;
+    return leg_dot(LEG_MXFP4, sizeof(struct cw_block_mxfp4), n, w_row, xq);
 }
 
 /* ---- K-quants against Q8_K ---------------------------------------------- */
@@ -192,7 +255,7 @@ AVX2 float cw_dot_q4_k_avx2(int64_t n, const void *w_row, const void *xq)
     const struct cw_block_q4_k *w = w_row;
     const struct cw_block_q8_k *x = xq;
     const __m256i m4 = _mm256_set1_epi8(15);
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
         __m256i sc16;
         int32_t summ = k4_scales_summ(w[b].scales, x[b].bsums, &sc16);
@@ -207,9 +270,9 @@ AVX2 float cw_dot_q4_k_avx2(int64_t n, const void *w_row, const void *xq)
             p1 = _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc16, pick16(2 * c + 1, 2 * c + 1)));
             vs = _mm256_add_epi32(vs, _mm256_add_epi32(p0, p1));
         }
-        acc = cw_comb_min(acc, x[b].d, h2f(w[b].d), h2f(w[b].dmin), hsum_i32(vs), summ);
+        acc[b & 7] = cw_comb_min(acc[b & 7], x[b].d, h2f(w[b].d), h2f(w[b].dmin), hsum_i32(vs), summ);
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 AVX2 float cw_dot_q5_k_avx2(int64_t n, const void *w_row, const void *xq)
@@ -217,7 +280,7 @@ AVX2 float cw_dot_q5_k_avx2(int64_t n, const void *w_row, const void *xq)
     const struct cw_block_q5_k *w = w_row;
     const struct cw_block_q8_k *x = xq;
     const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
         __m256i sc16;
         int32_t summ = k4_scales_summ(w[b].scales, x[b].bsums, &sc16);
@@ -237,9 +300,9 @@ AVX2 float cw_dot_q5_k_avx2(int64_t n, const void *w_row, const void *xq)
             p1 = _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc16, pick16(2 * c + 1, 2 * c + 1)));
             vs = _mm256_add_epi32(vs, _mm256_add_epi32(p0, p1));
         }
-        acc = cw_comb_min(acc, x[b].d, h2f(w[b].d), h2f(w[b].dmin), hsum_i32(vs), summ);
+        acc[b & 7] = cw_comb_min(acc[b & 7], x[b].d, h2f(w[b].d), h2f(w[b].dmin), hsum_i32(vs), summ);
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 /* Q6_K: the unsigned 6-bit values q+32 are multiplied (maddubs needs an
@@ -249,7 +312,7 @@ AVX2 float cw_dot_q6_k_avx2(int64_t n, const void *w_row, const void *xq)
     const struct cw_block_q6_k *w = w_row;
     const struct cw_block_q8_k *x = xq;
     const __m256i m4 = _mm256_set1_epi8(15);
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[b].scales));
         __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)x[b].bsums));
@@ -277,9 +340,9 @@ AVX2 float cw_dot_q6_k_avx2(int64_t n, const void *w_row, const void *xq)
                 vs = _mm256_add_epi32(vs, _mm256_madd_epi16(p, scv));
             }
         }
-        acc = cw_comb1(acc, x[b].d, h2f(w[b].d), hsum_i32(vs));
+        acc[b & 7] = cw_comb1(acc[b & 7], x[b].d, h2f(w[b].d), hsum_i32(vs));
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 AVX2 float cw_dot_iq4_xs_avx2(int64_t n, const void *w_row, const void *xq)
@@ -287,7 +350,7 @@ AVX2 float cw_dot_iq4_xs_avx2(int64_t n, const void *w_row, const void *xq)
     const struct cw_block_iq4_xs *w = w_row;
     const struct cw_block_q8_k *x = xq;
     const __m256i tab = iq4_table(), m4 = _mm256_set1_epi8(15);
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
         __m256i vs = _mm256_setzero_si256();
         for (int s = 0; s < 8; s += 2) {
@@ -305,9 +368,9 @@ AVX2 float cw_dot_iq4_xs_avx2(int64_t n, const void *w_row, const void *xq)
                                                  _mm_set1_epi32(ls[1]), 1);
             vs = _mm256_add_epi32(vs, _mm256_mullo_epi32(_mm256_add_epi32(d0, d1), sv));
         }
-        acc = cw_comb1(acc, x[b].d, h2f(w[b].d), hsum_i32(vs));
+        acc[b & 7] = cw_comb1(acc[b & 7], x[b].d, h2f(w[b].d), hsum_i32(vs));
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 #endif
