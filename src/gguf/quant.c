@@ -2,6 +2,7 @@
  * Row dequantisers and quantisers are in quant_dequant.c / quant_quant.c;
  * this file only says which type has which. */
 #include "gguf/quant.h"
+#include "gguf/quant_rows.h"
 
 #include <string.h>
 #include <strings.h>
@@ -81,14 +82,6 @@ cw_bf16 cw_f32_to_bf16(float f)
     return (cw_bf16)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 
-/* Row converters implemented in quant_dequant.c and quant_quant.c. */
-#define CW_QDECL(t)                                                            \
-    void cw_dequant_row_##t(const void *src, float *dst, int64_t n);          \
-    void cw_quant_row_##t(const float *src, void *dst, int64_t n);
-CW_QDECL(f32) CW_QDECL(f16) CW_QDECL(bf16) CW_QDECL(q4_0) CW_QDECL(q4_1) CW_QDECL(q5_0)
-CW_QDECL(q5_1) CW_QDECL(q8_0) CW_QDECL(q2_k) CW_QDECL(q3_k) CW_QDECL(q4_k) CW_QDECL(q5_k)
-CW_QDECL(q6_k) CW_QDECL(q8_k) CW_QDECL(iq4_nl) CW_QDECL(iq4_xs) CW_QDECL(mxfp4) CW_QDECL(nvfp4)
-#undef CW_QDECL
 
 #define BOTH(t) .dequant_row = cw_dequant_row_##t, .quant_row = cw_quant_row_##t
 
