@@ -17,7 +17,8 @@ float cw_f16_to_f32(cw_f16 h)
     uint32_t man = h & 0x3ff;
     uint32_t bits;
     if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (man << 13); /* inf / nan */
+        /* inf / nan; a nan comes out quiet, as hardware conversion makes it */
+        bits = sign | 0x7f800000u | (man << 13) | (man ? 0x00400000u : 0);
     } else if (exp == 0) {
         if (man == 0) {
             bits = sign;

@@ -240,7 +240,7 @@ void cw_quant_row_mxfp4(const float *x, void *dst, int64_t n)
     uint8_t q[CW_QK];
     for (int64_t i = 0; i < n / CW_QK; i++, b++, x += CW_QK) {
         float amax = fabsf(signed_max(x, CW_QK));
-        int e = amax > 0.0f ? ilogbf(amax) + 125 : 0;
+        int e = !(amax > 0.0f) ? 0 : isfinite(amax) ? ilogbf(amax) + 125 : 254;
         b->e = (uint8_t)clampi(e, 0, 254);
         float id = inv(cw_e8m0_half(b->e));
         for (int j = 0; j < CW_QK; j++)
