@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/pool.h"
 #include "cpu/cpu_forward.h"
@@ -45,6 +46,13 @@
 #include "model/qwen35_weights.h"
 #include "oracle.h"
 #include "../test.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 #define N_PROMPT 64
 #define N_DECODE 64
@@ -152,6 +160,7 @@ static int llama_run(struct llama_context *ctx, struct llama_batch *b, const int
 static void run_file(const char *path, struct cw_pool *pool)
 {
     note("%s", path);
+    double t0 = now_s();
     /* ---- llama.cpp: prompt batch + greedy decode, then token by token ---- */
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
@@ -191,6 +200,7 @@ static void run_file(const char *path, struct cw_pool *pool)
     for (int i = 0; !bad && i < N_ROWS; i++)
         bad = llama_run(ctx, &b, toks + i, 1, i, T + (int64_t)i * V, V);
     ok(!bad, "llama.cpp runs %s", path);
+    double t1 = now_s();
 
     /* ---- cwen: the same prompt in one batch, then the same 64 tokens ---- */
     struct cw_gguf g = {0};
@@ -213,6 +223,8 @@ static void run_file(const char *path, struct cw_pool *pool)
                                 true, NULL, &err);
         ok(rc == 0, "cwen runs %s: %s", path, err.msg);
     }
+    note("  time: llama.cpp %.2f s (load, 64 + 64 + 128 calls), cwen %.2f s (load, 1 + 64 calls)",
+         t1 - t0, now_s() - t1);
     if (!bad && rc == 0) {
         struct stats cw = compare(L, C, V), self = compare(L, T, V);
         print_stats("cwen vs llama.cpp", &cw);
