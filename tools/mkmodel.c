@@ -470,7 +470,7 @@ struct job {
     atomic_size_t next;
     atomic_int failed;
     int fd;
-    float std;
+    float std, out_std;
     struct cw_err err; /* first failure */
     pthread_mutex_t mu;
 };
@@ -508,7 +508,7 @@ static void *worker(void *arg)
         uint64_t s = j->o->seed ^ fnv1a(t->name);
         s = splitmix64(&s) ^ ((uint64_t)it->chunk * 0xd1342543de82ef95ull);
         splitmix64(&s);
-        fill(t->role, j->std, &s, x, n);
+        fill(t->role, t->role == CW_T_OUTPUT ? j->out_std : j->std, &s, x, n);
         cw_qtype_traits(j->types[it->tensor])->quant_row(x, q, n);
         uint64_t off = j->offsets[it->tensor] + (uint64_t)it->row0 * row_bytes;
         size_t done = 0;
@@ -586,6 +586,8 @@ int cw_mkmodel(const struct cw_mkmodel_opts *o, struct cw_mkmodel_result *res, s
         int64_t per = ts[i].ne[0] >= CHUNK_ELEMS ? 1 : CHUNK_ELEMS / ts[i].ne[0];
         n_items += (size_t)((rows + per - 1) / per);
         res->n_params += (uint64_t)(rows * ts[i].ne[0]);
+        res->decode_bytes +=
+            cw_qwen35_decode_bytes(&o->hp, &ts[i], cw_qtype_row_bytes(types[i], ts[i].ne[0]) * (uint64_t)rows);
     }
     res->n_tensors = nt;
     res->file_size = cw_gguf_writer_total_size(w);
@@ -621,6 +623,11 @@ int cw_mkmodel(const struct cw_mkmodel_opts *o, struct cw_mkmodel_result *res, s
         n_threads = 1;
     struct job j = {.o = o, .ts = ts, .types = types, .offsets = offsets, .items = items,
                     .n_items = n_items, .fd = fd, .std = o->std > 0 ? o->std : CW_MKMODEL_DEFAULT_STD};
+    /* The LM head is scaled apart from the rest: with the hidden state at unit
+     * RMS after output_norm, logit std = out_std·√E, and only a logit spread
+     * of several units gives peaked next-token distributions over ~10⁵ rows
+     * (std 0.1 everywhere gives mean top-1 ≈ 0.003 at E = 256). */
+    j.out_std = (o->logit_std > 0 ? o->logit_std : CW_MKMODEL_DEFAULT_LOGIT_STD) / sqrtf((float)o->hp.n_embd);
     atomic_init(&j.next, 0);
     atomic_init(&j.failed, 0);
     pthread_mutex_init(&j.mu, NULL);

@@ -5,7 +5,8 @@
  * chosen mix), random weights, and a real tokenizer copied from a vocabulary
  * GGUF. The tensor list comes from model/qwen35 (cw_qwen35_tensors); this
  * module owns weight initialisation, the mix rules and parallel writing.
- * Output is a function of (hparams, mix, seed, std, vocab, template) only:
+ * Output is a function of (hparams, mix, seed, std, logit_std, vocab,
+ * template, name) only:
  * each chunk of rows is seeded from seed + tensor name + chunk index, so the
  * thread count never changes a byte. */
 #ifndef CW_MKMODEL_H
@@ -36,6 +37,8 @@ struct cw_mkmodel_opts {
     enum cw_mix mix;
     uint64_t seed;
     float std;                 /* weight standard deviation (0: default 0.1) */
+    float logit_std;           /* output.weight std × √n_embd, i.e. the logits' std for a
+                                  unit-RMS hidden state (0: default CW_MKMODEL_DEFAULT_LOGIT_STD) */
     int n_threads;             /* 0: number of online CPUs */
     const char *vocab_path;    /* tokenizer source GGUF (NULL: the oracle's qwen35 vocab) */
     const char *template_path; /* chat template (NULL: the oracle's Qwen3.5-4B.jinja) */
@@ -47,12 +50,14 @@ struct cw_mkmodel_result {
     uint64_t n_tensors;
     uint64_t file_size;   /* bytes */
     uint64_t n_params;    /* elements over all tensors */
+    uint64_t decode_bytes; /* weight bytes read per token by the main pass (cw_qwen35_decode_bytes) */
     double seconds;       /* wall time of the data phase */
     /* ids the special tokens got (-1 if absent) */
     int32_t id_think, id_think_end, id_tool_call, id_tool_call_end, id_tool_resp, id_tool_resp_end;
 };
 
 #define CW_MKMODEL_DEFAULT_STD 0.1f
+#define CW_MKMODEL_DEFAULT_LOGIT_STD 6.0f
 
 /* Default paths under $CWEN_ORACLE_DIR (default ~/.cache/cwen-oracle); buf
  * receives the path. */

@@ -2,8 +2,10 @@
  * share.
  *
  * Every kernel computes each block's integer sum exactly and then calls one
- * of the combine helpers below, in block order, on a single float
- * accumulator. The scalar and AVX2 kernels share these helpers, and with FMA
+ * of the combine helpers below on float lane b mod 8 (b = block index; NVFP4:
+ * 16-element sub-block index), lanes visited in block order; the 8 lanes are
+ * summed by cw_reduce8 at the end (8 lanes break the add-latency chain and
+ * match one AVX2 register). The scalar and AVX2 kernels share these helpers, and with FMA
  * contraction off (-std=c11 for gcc, the pragma for clang) the same float
  * operations run in the same order, which is what makes the two paths
  * bit-identical. Not for use outside src/cpu. */
@@ -40,6 +42,15 @@ static inline float cw_h2f(cw_f16 h)
     return f;
 }
 
+/* 2^(e-128): the E8M0 scale halved, because the FP4 levels are doubled. */
+static inline float cw_e8m0_half(uint8_t e)
+{
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
 /* acc + (d_w*d_x)*sumi: one scale per block. */
 static inline float cw_comb1(float acc, float dw, float dx, int32_t sumi)
 {
@@ -71,32 +82,45 @@ static inline float cw_comb_q8_1(float acc, float dw, float dx, int32_t sumi, fl
     return acc + v;
 }
 
-/* Float rows: 32 lanes (lane = index mod 32) reduced by this fixed tree. */
-static inline float cw_reduce32(const float l[32])
+/* 8 lanes summed by a fixed tree: (l0+l4 + l2+l6) + (l1+l5 + l3+l7). */
+static inline float cw_reduce8(const float l[8])
 {
-    float s[8], t[4], u[2];
-    for (int j = 0; j < 8; j++) {
-        float a = l[j] + l[8 + j];
-        float b = l[16 + j] + l[24 + j];
-        s[j] = a + b;
-    }
+    float t[4], u[2];
     for (int j = 0; j < 4; j++)
-        t[j] = s[j] + s[4 + j];
+        t[j] = l[j] + l[4 + j];
     for (int j = 0; j < 2; j++)
         u[j] = t[j] + t[2 + j];
     return u[0] + u[1];
 }
 
-/* Q4_K/Q5_K scale and min of sub-block s from the 12 packed bytes. */
-static inline void cw_k4_scale_min(const uint8_t *q, int s, int *sc, int *m)
+/* Float rows: 32 lanes (lane = index mod 32) reduced by this fixed tree. */
+static inline float cw_reduce32(const float l[32])
 {
-    if (s < 4) {
-        *sc = q[s] & 63;
-        *m = q[s + 4] & 63;
-    } else {
-        *sc = (q[s + 4] & 15) | ((q[s - 4] >> 6) << 4);
-        *m = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+    float s[8];
+    for (int j = 0; j < 8; j++) {
+        float a = l[j] + l[8 + j];
+        float b = l[16 + j] + l[24 + j];
+        s[j] = a + b;
     }
+    return cw_reduce8(s);
+}
+
+/* Q4_K/Q5_K: the eight 6-bit scales and mins of the 12 packed bytes, by
+ * whole words (no branches): for s < 4 sc = b[s] & 63, m = b[s+4] & 63; for
+ * s >= 4 the low 4 bits come from b[s+4] (low / high nibble) and the top 2
+ * from the spare top bits of b[s-4] / b[s]. */
+static inline void cw_k4_unpack(const uint8_t *q, uint8_t sc[8], uint8_t mn[8])
+{
+    uint32_t u0, u1, u2, o[4];
+    memcpy(&u0, q, 4);
+    memcpy(&u1, q + 4, 4);
+    memcpy(&u2, q + 8, 4);
+    o[0] = u0 & 0x3f3f3f3fu;
+    o[1] = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
+    o[2] = u1 & 0x3f3f3f3fu;
+    o[3] = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
+    memcpy(sc, o, 8);
+    memcpy(mn, o + 2, 8);
 }
 
 #define CW_DOT_DECL(name) float name(int64_t n, const void *w_row, const void *xq);
@@ -127,6 +151,7 @@ CW_DOT_DECL(cw_dot_bf16_avx2)
 CW_DOT_DECL(cw_dot_q8_0_avx2)
 CW_DOT_DECL(cw_dot_q4_0_avx2)
 CW_DOT_DECL(cw_dot_iq4_nl_avx2)
+CW_DOT_DECL(cw_dot_mxfp4_avx2)
 CW_DOT_DECL(cw_dot_q4_k_avx2)
 CW_DOT_DECL(cw_dot_q5_k_avx2)
 CW_DOT_DECL(cw_dot_q6_k_avx2)
