@@ -157,6 +157,58 @@ static int llama_run(struct llama_context *ctx, struct llama_batch *b, const int
     return 0;
 }
 
+/* The MTP block alone, teacher-forced: token k paired with the main pass's
+ * final-normed hidden at k-1 (row 0: zeros; cwen's rows, fed to both — asking
+ * llama.cpp for its own makes its decode ~100x slower) in one batch of all 128 rows, in
+ * llama.cpp's MTP context and in cwen. Bounds as for the main pass (§11 item
+ * 4 saw 0.039 max row-relative with f16 attention emulated). */
+static void mtp_file(const char *path, struct llama_model *lm, struct cw_cpu_model *m,
+                     struct cw_cpu_seq *s, const int32_t *toks, const float *Lh, float *L,
+                     float *C, int64_t V, int64_t E)
+{
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = 2 * N_ROWS;
+    cp.n_batch = cp.n_ubatch = N_ROWS;
+    cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = 2;
+    cp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+    struct llama_context *mc = llama_init_from_model(lm, cp);
+    /* llama_batch_init gives either tokens or embeddings; MTP reads both */
+    struct llama_batch b = llama_batch_init(N_ROWS, (int32_t)E, 1);
+    b.token = malloc(N_ROWS * sizeof *b.token);
+    b.n_tokens = N_ROWS;
+    for (int i = 0; i < N_ROWS; i++) {
+        b.token[i] = toks[i];
+        b.pos[i] = i;
+        b.n_seq_id[i] = 1;
+        b.seq_id[i][0] = 0;
+        b.logits[i] = 1;
+    }
+    memcpy(b.embd, Lh, (size_t)(N_ROWS * E) * sizeof(float));
+    int bad = !mc || llama_decode(mc, b);
+    for (int i = 0; !bad && i < N_ROWS; i++)
+        memcpy(L + (int64_t)i * V, llama_get_logits_ith(mc, i), (size_t)V * sizeof(float));
+    ok(!bad, "llama.cpp runs the MTP block of %s", path);
+    struct cw_err err = {0};
+    int rc = cw_cpu_forward_mtp(m, s, toks, Lh, N_ROWS, C, true, NULL, &err);
+    ok(rc == 0, "cwen runs the MTP block of %s: %s", path, err.msg);
+    if (!bad && rc == 0) {
+        struct stats st = compare(L, C, V);
+        print_stats("MTP cwen vs llama.cpp", &st);
+        ok(st.rel0 <= ROW0_REL_BF16, "%s MTP: row 0 row-relative error %.3g", path, st.rel0);
+        ok(st.max_rel <= MAX_REL, "%s MTP: max row-relative error %.3g <= %.2f", path,
+           st.max_rel, MAX_REL);
+        ok(st.clear_mismatch == 0, "%s MTP: top-1 identical at all %d positions with margin > "
+           "%.0f%% of max |logit| (%d differ)", path, st.n_clear, 100 * MARGIN,
+           st.clear_mismatch);
+    }
+    free(b.token);
+    b.token = NULL;
+    llama_batch_free(b);
+    if (mc)
+        llama_free(mc);
+}
+
 static void run_file(const char *path, struct cw_pool *pool)
 {
     note("%s", path);
@@ -164,6 +216,7 @@ static void run_file(const char *path, struct cw_pool *pool)
     /* ---- llama.cpp: prompt batch + greedy decode, then token by token ---- */
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    mp.load_mtp = true; /* ignored by the main pass; needed for the MTP context */
     struct llama_model *lm = llama_model_load_from_file(path, mp);
     if (!lm) {
         ok(0, "llama.cpp loads %s", path);
@@ -189,6 +242,9 @@ static void run_file(const char *path, struct cw_pool *pool)
         seed = seed * 1664525u + 1013904223u;
         toks[i] = (int32_t)((seed >> 8) % 151643u); /* ordinary tokens of the vocabulary */
     }
+    const int64_t E = llama_model_n_embd(lm);
+    /* cwen's final-normed hidden rows, shifted by one (row 0: zeros): the MTP input */
+    float *Ch = calloc((size_t)((N_ROWS + 1) * E), sizeof(float));
     int bad = !ctx || llama_run(ctx, &b, toks, N_PROMPT, 0, L, V);
     for (int i = 0; !bad && i < N_DECODE; i++) {
         toks[N_PROMPT + i] = argmax(L + (int64_t)(N_PROMPT + i - 1) * V, V);
@@ -217,10 +273,10 @@ static void run_file(const char *path, struct cw_pool *pool)
     ok(rc == 0 && (int64_t)hp.n_vocab == V, "cwen loads %s (vocab %u vs %lld): %s", path,
        hp.n_vocab, (long long)V, err.msg);
     if (rc == 0) {
-        rc = cw_cpu_forward(&m, &s, toks, N_PROMPT, C, true, NULL, &err);
+        rc = cw_cpu_forward(&m, &s, toks, N_PROMPT, C, true, Ch + E, &err);
         for (int i = 0; !rc && i < N_DECODE; i++)
             rc = cw_cpu_forward(&m, &s, toks + N_PROMPT + i, 1, C + (int64_t)(N_PROMPT + i) * V,
-                                true, NULL, &err);
+                                true, Ch + (int64_t)(N_PROMPT + i + 1) * E, &err);
         ok(rc == 0, "cwen runs %s: %s", path, err.msg);
     }
     note("  time: llama.cpp %.2f s (load, 64 + 64 + 128 calls), cwen %.2f s (load, 1 + 64 calls)",
@@ -242,6 +298,8 @@ static void run_file(const char *path, struct cw_pool *pool)
         ok(cw.n_clear >= MIN_CLEAR * N_ROWS, "%s: %d of %d positions clear the margin", path,
            cw.n_clear, N_ROWS);
     }
+    if (!bad && rc == 0 && w.has_mtp)
+        mtp_file(path, lm, &m, &s, toks, Ch, L, C, V, E);
     cw_cpu_seq_free(&s);
     cw_qwen35_weights_free(&w);
     cw_gguf_close(&g);
@@ -249,7 +307,7 @@ static void run_file(const char *path, struct cw_pool *pool)
     if (ctx)
         llama_free(ctx);
     llama_model_free(lm);
-    free(L), free(T), free(C);
+    free(L), free(T), free(C), free(Ch);
 }
 
 int main(void)
