@@ -179,6 +179,7 @@ out:
     cw_cpu_seq_free(&s2);
     free(a), free(b), free(c), free(d), free(ha), free(hb);
     unload(&L);
+    remove(path);
 }
 
 /* ---- bind refusals: rewrite a generated file with one tensor changed ---- */
@@ -294,6 +295,8 @@ static void check_bind_errors(void)
         ok(0, "rewrite shexp: %s", err.msg);
     }
     cw_gguf_close(&g);
+    remove(path);
+    remove(bad);
 }
 
 int main(void)

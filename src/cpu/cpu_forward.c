@@ -164,6 +164,7 @@ static void mm_size_one(void *ctx, const char *name, const struct cw_wt *t, bool
         s->bytes = b;
 }
 
+/* every field of struct ws is one malloc'd pointer */
 static void ws_free(struct ws *w)
 {
     if (!w)

@@ -30,7 +30,9 @@
  *   - top-1 identical at every position where llama.cpp's top-2 margin
  *     exceeds 2 % of the row's max |logit| (about twice the table's worst
  *     mismatch margin), and most positions (>= 55 %) clear that margin, so
- *     the check is not vacuous. */
+ *     the check is not vacuous.
+ * The real-width file (CWEN_FWD_WIDE=1) has looser row-0 and margin bounds,
+ * justified at their definitions. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +66,13 @@ static double now_s(void)
 #define MEAN_SLACK 0.005
 #define MARGIN 0.02 /* of the row's max |logit| */
 #define MIN_CLEAR 0.55
+/* the real-width file (opt-in): llama.cpp's own batch and single-token rows
+ * differ already at row 0 (8e-3: other kernels for wide batches), and §11's
+ * wide-moe-s0.3 file shows llama.cpp disagreeing with itself on top-1 at
+ * margins up to 1.24 of a max |logit| of 28 (4.4 %) */
+#define ROW0_REL_WIDE 0.05
+#define MARGIN_WIDE 0.05
+#define MIN_CLEAR_WIDE 0.25 /* its logits are flatter: ~1/3 of rows clear 5 % */
 
 struct stats {
     double rel0, max_rel, mean_rel, mean_maxlogit;
@@ -94,7 +103,7 @@ static double top2_margin(const float *x, int64_t n)
 }
 
 /* ref: llama.cpp's rows; x: the rows compared with them */
-static struct stats compare(const float *ref, const float *x, int64_t V)
+static struct stats compare(const float *ref, const float *x, int64_t V, double margin)
 {
     struct stats s = {0, 0, 0, 0, N_ROWS, 0, 0, 0, 0};
     const char *dump = getenv("CWEN_FWD_DUMP"); /* diagnostic: per-row errors */
@@ -120,7 +129,7 @@ static struct stats compare(const float *ref, const float *x, int64_t V)
         s.top1_same += same;
         if (r == 0)
             s.rel0 = rel;
-        if (mg > MARGIN * ma) {
+        if (mg > margin * ma) {
             s.n_clear++;
             s.clear_mismatch += !same;
         }
@@ -193,7 +202,7 @@ static void mtp_file(const char *path, struct llama_model *lm, struct cw_cpu_mod
     int rc = cw_cpu_forward_mtp(m, s, toks, Lh, N_ROWS, C, true, NULL, &err);
     ok(rc == 0, "cwen runs the MTP block of %s: %s", path, err.msg);
     if (!bad && rc == 0) {
-        struct stats st = compare(L, C, V);
+        struct stats st = compare(L, C, V, MARGIN);
         print_stats("MTP cwen vs llama.cpp", &st);
         ok(st.rel0 <= ROW0_REL_BF16, "%s MTP: row 0 row-relative error %.3g", path, st.rel0);
         ok(st.max_rel <= MAX_REL, "%s MTP: max row-relative error %.3g <= %.2f", path,
@@ -209,7 +218,7 @@ static void mtp_file(const char *path, struct llama_model *lm, struct cw_cpu_mod
         llama_free(mc);
 }
 
-static void run_file(const char *path, struct cw_pool *pool)
+static void run_file(const char *path, struct cw_pool *pool, bool wide)
 {
     note("%s", path);
     double t0 = now_s();
@@ -282,10 +291,14 @@ static void run_file(const char *path, struct cw_pool *pool)
     note("  time: llama.cpp %.2f s (load, 64 + 64 + 128 calls), cwen %.2f s (load, 1 + 64 calls)",
          t1 - t0, now_s() - t1);
     if (!bad && rc == 0) {
-        struct stats cw = compare(L, C, V), self = compare(L, T, V);
+        const double margin = wide ? MARGIN_WIDE : MARGIN;
+        struct stats cw = compare(L, C, V, margin), self = compare(L, T, V, margin);
         print_stats("cwen vs llama.cpp", &cw);
         print_stats("llama.cpp token-by-token", &self);
-        double row0 = strstr(path, "bf16") ? ROW0_REL_BF16 : ROW0_REL;
+        struct stats vt = compare(T, C, V, margin);
+        note("  cwen vs llama.cpp token-by-token: row 0 rel %.2g, 1st flip @%d, mean rel %.3g",
+             vt.rel0, vt.first_flip, vt.mean_rel);
+        double row0 = wide ? ROW0_REL_WIDE : strstr(path, "bf16") ? ROW0_REL_BF16 : ROW0_REL;
         ok(cw.rel0 <= row0, "%s: row 0 row-relative error %.3g <= %g", path, cw.rel0, row0);
         ok(cw.max_rel <= MAX_REL, "%s: max row-relative error %.3g <= %.2f", path, cw.max_rel,
            MAX_REL);
@@ -293,9 +306,9 @@ static void run_file(const char *path, struct cw_pool *pool)
         ok(cw.mean_rel <= bound, "%s: mean row-relative error %.3g <= %.0f x llama.cpp's own "
            "%.3g + %.3f", path, cw.mean_rel, MEAN_FACTOR, self.mean_rel, MEAN_SLACK);
         ok(cw.clear_mismatch == 0, "%s: top-1 identical at all %d positions with margin > "
-           "%.0f%% of max |logit| (%d differ)", path, cw.n_clear, 100 * MARGIN,
+           "%.0f%% of max |logit| (%d differ)", path, cw.n_clear, 100 * margin,
            cw.clear_mismatch);
-        ok(cw.n_clear >= MIN_CLEAR * N_ROWS, "%s: %d of %d positions clear the margin", path,
+        ok(cw.n_clear >= (wide ? MIN_CLEAR_WIDE : MIN_CLEAR) * N_ROWS, "%s: %d of %d positions clear the margin", path,
            cw.n_clear, N_ROWS);
     }
     if (!bad && rc == 0 && w.has_mtp)
@@ -337,22 +350,28 @@ int main(void)
         {"tiny-moe", "q8_0", 1, ""},     {"tiny-moe", "bf16", 0, ""},
         {"tiny-dense", "q4_k_m", 1, ""}, {"tiny-dense", "q4_k_m", 0, ""},
         {"tiny-dense", "q8_0", 0, ""},   {"tiny-dense", "bf16", 1, ""},
+        /* the real 35B-A3B widths over 4 layers (a 3 GB file): CWEN_FWD_WIDE=1 */
+        {"tiny-moe", "q4_k_m", 1,
+         "--embd 2048 --experts 256 --experts-used 8 --ff-exp 512 --ff-shexp 512 --heads 16 "
+         "--kv-heads 2 --v-heads 32 --k-heads 16 --layers 4"},
     };
+    const char *wide = getenv("CWEN_FWD_WIDE");
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        if (*files[i].opts && !(wide && *wide == '1'))
+            continue;
         char path[1200], cmd[4096], tag[128];
-        snprintf(tag, sizeof tag, "%s%s-%s", files[i].preset, files[i].mtp ? "" : "-nomtp",
-                 files[i].mix);
+        snprintf(tag, sizeof tag, "%s%s%s-%s", *files[i].opts ? "wide-" : "", files[i].preset,
+                 files[i].mtp ? "" : "-nomtp", files[i].mix);
         if (only && *only && strcmp(only, tag))
             continue;
-        snprintf(path, sizeof path, "%s/fwd-oracle-%s%s-%s.gguf", tmp, files[i].preset,
-                 files[i].mtp ? "" : "-nomtp", files[i].mix);
+        snprintf(path, sizeof path, "%s/fwd-oracle-%s.gguf", tmp, tag);
         snprintf(cmd, sizeof cmd, "'%s' mkmodel -o '%s' --preset %s --mix %s --seed 7 --std 0.3 %s %s %s "
                  ">/dev/null", bin, path, files[i].preset, files[i].mix,
                  files[i].mtp ? "" : "--no-mtp", files[i].opts, extra);
         int rc = system(cmd);
         ok(rc == 0, "%s", cmd);
         if (rc == 0)
-            run_file(path, &pool);
+            run_file(path, &pool, *files[i].opts != 0);
         remove(path);
     }
     cw_pool_free(&pool);
