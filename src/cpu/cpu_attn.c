@@ -1,0 +1,151 @@
+/* cpu_attn.c — gated full-attention core (see cpu_attn.h). */
+#include "cpu/cpu_attn.h"
+
+#include <math.h>
+#include <string.h>
+
+int64_t cw_attn_scratch_floats(const struct cw_attn_dims *d, int64_t n_ctx)
+{
+    // q and gate (H*hd each), k (Hkv*hd), scores (n_ctx), rope cache (n_rot)
+    return 2 * (int64_t)d->n_head * d->head_dim + (int64_t)d->n_head_kv * d->head_dim + n_ctx +
+           d->rope.n_rot;
+}
+
+int cw_attn_check(const struct cw_attn_dims *d, struct cw_err *err)
+{
+    if (d->n_head <= 0 || d->n_head_kv <= 0 || d->head_dim <= 0)
+        return cw_errf(err, CW_ERR_INVALID, "attn: dims must be positive (H %d Hkv %d hd %d)",
+                       d->n_head, d->n_head_kv, d->head_dim);
+    if (d->n_head % d->n_head_kv)
+        return cw_errf(err, CW_ERR_INVALID, "attn: H %d is not a multiple of Hkv %d", d->n_head,
+                       d->n_head_kv);
+    const int *s = d->rope.sections;
+    if (d->rope.n_rot <= 0 || d->rope.n_rot % 2 || d->rope.n_rot > d->head_dim ||
+        s[0] + s[1] + s[2] + s[3] <= 0)
+        return cw_errf(err, CW_ERR_INVALID, "attn: bad rope (n_rot %d, head_dim %d)",
+                       d->rope.n_rot, d->head_dim);
+    return 0;
+}
+
+void cw_attn_head_norm(const struct cw_attn_dims *d, const float *w, float *x, int n_head)
+{
+    cw_rms_norm_rows(x, x, w, d->head_dim, n_head, d->eps);
+}
+
+void cw_attn_split_q(const struct cw_attn_dims *d, const float *q_norm, const float *P_row,
+                     float *q, float *gate)
+{
+    const int hd = d->head_dim;
+    for (int h = 0; h < d->n_head; h++) {
+        // per head [q | gate]: HF's view(H, 2*hd).chunk(2)
+        memcpy(q + (int64_t)h * hd, P_row + 2 * (int64_t)h * hd, (size_t)hd * sizeof *q);
+        memcpy(gate + (int64_t)h * hd, P_row + 2 * (int64_t)h * hd + hd, (size_t)hd * sizeof *q);
+    }
+    cw_attn_head_norm(d, q_norm, q, d->n_head);
+}
+
+static int rope_at(const struct cw_attn_dims *d, float *x, int n_head, int64_t pos, float *cs)
+{
+    int32_t p4[4];
+    cw_rope_text_pos(p4, pos);
+    if (cw_rope_cache(cs, &d->rope, p4))
+        return -1;
+    cw_rope_apply(x, cs, d->rope.n_rot, d->head_dim, n_head);
+    return 0;
+}
+
+int cw_attn_rope(const struct cw_attn_dims *d, float *x, int n_head, int64_t pos)
+{
+    float cs[512];
+    if (d->rope.n_rot > (int)(sizeof cs / sizeof *cs))
+        return -1;
+    return rope_at(d, x, n_head, pos, cs);
+}
+
+void cw_attn_store_kv(const struct cw_attn_dims *d, struct cw_kv_cache *kv, int64_t pos,
+                      const float *k, const float *v)
+{
+    const int64_t n = (int64_t)d->n_head_kv * d->head_dim;
+    cw_f16 *kr = kv->k + pos * n, *vr = kv->v + pos * n;
+    for (int64_t i = 0; i < n; i++) {
+        kr[i] = cw_f32_to_f16(k[i]);
+        vr[i] = cw_f32_to_f16(v[i]);
+    }
+}
+
+void cw_attn_core(const struct cw_attn_dims *d, const struct cw_kv_cache *kv, int64_t pos,
+                  const float *q, float *o, float *scores)
+{
+    const int hd = d->head_dim, group = d->n_head / d->n_head_kv;
+    const int64_t row = (int64_t)d->n_head_kv * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int h = 0; h < d->n_head; h++) {
+        const int kvh = h / group; // blocked GQA (ggml broadcast i02 = i12 / r2)
+        const float *qh = q + (int64_t)h * hd;
+        float *oh = o + (int64_t)h * hd;
+        float max = -INFINITY;
+        for (int64_t p = 0; p <= pos; p++) {
+            const cw_f16 *kr = kv->k + p * row + (int64_t)kvh * hd;
+            float s = 0.0f;
+            for (int i = 0; i < hd; i++)
+                s += qh[i] * cw_f16_to_f32(kr[i]);
+            s *= scale;
+            scores[p] = s;
+            max = s > max ? s : max;
+        }
+        double sum = 0.0;
+        for (int64_t p = 0; p <= pos; p++) {
+            scores[p] = expf(scores[p] - max);
+            sum += (double)scores[p];
+        }
+        for (int i = 0; i < hd; i++)
+            oh[i] = 0.0f;
+        for (int64_t p = 0; p <= pos; p++) {
+            const cw_f16 *vr = kv->v + p * row + (int64_t)kvh * hd;
+            const float pw = scores[p];
+            for (int i = 0; i < hd; i++)
+                oh[i] += pw * cw_f16_to_f32(vr[i]);
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int i = 0; i < hd; i++)
+            oh[i] *= inv;
+    }
+}
+
+void cw_attn_gate(float *o, const float *gate, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        o[i] *= cw_sigmoid(gate[i]);
+}
+
+int cw_attn_forward(const struct cw_attn_dims *d, const struct cw_attn_weights *w,
+                    struct cw_kv_cache *kv, int64_t pos0, int64_t n_tok, const float *P,
+                    const float *k, const float *v, float *out, float *scratch,
+                    struct cw_err *err)
+{
+    if (cw_attn_check(d, err))
+        return -1;
+    if (pos0 < 0 || n_tok < 0 || pos0 + n_tok > kv->n_ctx)
+        return cw_errf(err, CW_ERR_INVALID, "attn: positions %lld..%lld outside the cache (%lld rows)",
+                       (long long)pos0, (long long)(pos0 + n_tok - 1), (long long)kv->n_ctx);
+    const int hd = d->head_dim, H = d->n_head, Hkv = d->n_head_kv;
+    const int64_t qn = (int64_t)H * hd, kn = (int64_t)Hkv * hd;
+    float *q = scratch, *gate = q + qn, *kt = gate + qn, *scores = kt + kn;
+    float *cs = scores + kv->n_ctx;
+    // 1. all tokens' K and V into the cache; the causal bound in step 2 keeps
+    //    row t from seeing rows written for later tokens of this call.
+    for (int64_t t = 0; t < n_tok; t++) {
+        memcpy(kt, k + t * kn, (size_t)kn * sizeof *kt);
+        cw_attn_head_norm(d, w->k_norm, kt, Hkv);
+        rope_at(d, kt, Hkv, pos0 + t, cs);
+        cw_attn_store_kv(d, kv, pos0 + t, kt, v + t * kn);
+    }
+    // 2. each query row over rows 0..its position
+    for (int64_t t = 0; t < n_tok; t++) {
+        cw_attn_split_q(d, w->q_norm, P + t * 2 * qn, q, gate);
+        rope_at(d, q, H, pos0 + t, cs);
+        cw_attn_core(d, kv, pos0 + t, q, out + t * qn, scores);
+        cw_attn_gate(out + t * qn, gate, qn);
+    }
+    return 0;
+}

@@ -1,0 +1,140 @@
+/* cpu_dot.h — internal to cpu/: the vec_dot kernels and the float steps they
+ * share.
+ *
+ * Every kernel computes each block's integer sum exactly and then calls one
+ * of the combine helpers below, in block order, on a single float
+ * accumulator. The scalar and AVX2 kernels share these helpers, and with FMA
+ * contraction off (-std=c11 for gcc, the pragma for clang) the same float
+ * operations run in the same order, which is what makes the two paths
+ * bit-identical. Not for use outside src/cpu. */
+#ifndef CW_CPU_DOT_H
+#define CW_CPU_DOT_H
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#include <stdint.h>
+#include <string.h>
+
+#include "gguf/quant.h"
+
+/* Exact f16 -> f32: place the bits in a float and rescale by 2^112, which
+ * also normalises subnormals; inf/nan rebuilt by hand. */
+static inline float cw_h2f(cw_f16 h)
+{
+    uint32_t em = (uint32_t)(h & 0x7fff) << 13;
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    float f;
+    if (em >= (0x7c00u << 13)) {
+        uint32_t b = sign | 0x7f800000u | (em & 0x7fffff);
+        memcpy(&f, &b, 4);
+        return f;
+    }
+    memcpy(&f, &em, 4);
+    f *= 0x1p112f;
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    b |= sign;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+/* acc + (d_w*d_x)*sumi: one scale per block. */
+static inline float cw_comb1(float acc, float dw, float dx, int32_t sumi)
+{
+    float dd = dw * dx;
+    float t = dd * (float)sumi;
+    return acc + t;
+}
+
+/* acc + ((d_x*d)*sumi - (d_x*dmin)*summ): the K-quants with mins. */
+static inline float cw_comb_min(float acc, float dx, float d, float dmin, int32_t sumi,
+                                int32_t summ)
+{
+    float dd = dx * d;
+    float dm = dx * dmin;
+    float t = dd * (float)sumi;
+    float u = dm * (float)summ;
+    float v = t - u;
+    return acc + v;
+}
+
+/* acc + ((d_w*d_x)*sumi + m_w*s_x): Q4_1/Q5_1 against Q8_1. */
+static inline float cw_comb_q8_1(float acc, float dw, float dx, int32_t sumi, float mw,
+                                 float sx)
+{
+    float dd = dw * dx;
+    float t = dd * (float)sumi;
+    float u = mw * sx;
+    float v = t + u;
+    return acc + v;
+}
+
+/* Float rows: 32 lanes (lane = index mod 32) reduced by this fixed tree. */
+static inline float cw_reduce32(const float l[32])
+{
+    float s[8], t[4], u[2];
+    for (int j = 0; j < 8; j++) {
+        float a = l[j] + l[8 + j];
+        float b = l[16 + j] + l[24 + j];
+        s[j] = a + b;
+    }
+    for (int j = 0; j < 4; j++)
+        t[j] = s[j] + s[4 + j];
+    for (int j = 0; j < 2; j++)
+        u[j] = t[j] + t[2 + j];
+    return u[0] + u[1];
+}
+
+/* Q4_K/Q5_K scale and min of sub-block s from the 12 packed bytes. */
+static inline void cw_k4_scale_min(const uint8_t *q, int s, int *sc, int *m)
+{
+    if (s < 4) {
+        *sc = q[s] & 63;
+        *m = q[s + 4] & 63;
+    } else {
+        *sc = (q[s + 4] & 15) | ((q[s - 4] >> 6) << 4);
+        *m = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+    }
+}
+
+#define CW_DOT_DECL(name) float name(int64_t n, const void *w_row, const void *xq);
+
+/* scalar kernels, every type (cpu_dot_ref.c) */
+CW_DOT_DECL(cw_dot_f32_ref)
+CW_DOT_DECL(cw_dot_f16_ref)
+CW_DOT_DECL(cw_dot_bf16_ref)
+CW_DOT_DECL(cw_dot_q4_0_ref)
+CW_DOT_DECL(cw_dot_q4_1_ref)
+CW_DOT_DECL(cw_dot_q5_0_ref)
+CW_DOT_DECL(cw_dot_q5_1_ref)
+CW_DOT_DECL(cw_dot_q8_0_ref)
+CW_DOT_DECL(cw_dot_iq4_nl_ref)
+CW_DOT_DECL(cw_dot_mxfp4_ref)
+CW_DOT_DECL(cw_dot_nvfp4_ref)
+CW_DOT_DECL(cw_dot_q2_k_ref)
+CW_DOT_DECL(cw_dot_q3_k_ref)
+CW_DOT_DECL(cw_dot_q4_k_ref)
+CW_DOT_DECL(cw_dot_q5_k_ref)
+CW_DOT_DECL(cw_dot_q6_k_ref)
+CW_DOT_DECL(cw_dot_iq4_xs_ref)
+
+/* AVX2+FMA+F16C kernels (cpu_dot_avx2.c); call only when the CPU has them */
+CW_DOT_DECL(cw_dot_f32_avx2)
+CW_DOT_DECL(cw_dot_f16_avx2)
+CW_DOT_DECL(cw_dot_bf16_avx2)
+CW_DOT_DECL(cw_dot_q8_0_avx2)
+CW_DOT_DECL(cw_dot_q4_0_avx2)
+CW_DOT_DECL(cw_dot_iq4_nl_avx2)
+CW_DOT_DECL(cw_dot_q4_k_avx2)
+CW_DOT_DECL(cw_dot_q5_k_avx2)
+CW_DOT_DECL(cw_dot_q6_k_avx2)
+CW_DOT_DECL(cw_dot_iq4_xs_avx2)
+
+#undef CW_DOT_DECL
+
+/* Activation quantiser for Q8_1 (the one quant_quant.c does not provide). */
+void cw_cpu_quant_row_q8_1(const float *x, void *y, int64_t n);
+
+#endif

@@ -1,0 +1,271 @@
+/* cpu_gemv.c — the CPU matmul: type pairing, activation quantisation, and
+ * the threaded loops over output rows (dense and MoE).
+ *
+ * Owns the one dispatch table of the CPU backend (weight type -> activation
+ * type and vec_dot kernels, scalar and AVX2) and the run-time choice between
+ * them. The kernels themselves are in cpu_dot_ref.c / cpu_dot_avx2.c. */
+#include "cpu/cpu_gemv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu_dot.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define X86(f) f
+#else
+#define X86(f) NULL
+#endif
+
+struct type_ops {
+    enum cw_qtype act;  /* the activation (vec_dot) type */
+    cw_vec_dot_fn ref;  /* NULL: the CPU backend does not multiply this type */
+    cw_vec_dot_fn avx2; /* NULL: the scalar kernel serves AVX2 too */
+};
+
+static const struct type_ops type_ops[CW_TYPE_COUNT] = {
+    [CW_TYPE_F32] = {CW_TYPE_F32, cw_dot_f32_ref, X86(cw_dot_f32_avx2)},
+    [CW_TYPE_F16] = {CW_TYPE_F16, cw_dot_f16_ref, X86(cw_dot_f16_avx2)},
+    [CW_TYPE_BF16] = {CW_TYPE_BF16, cw_dot_bf16_ref, X86(cw_dot_bf16_avx2)},
+    [CW_TYPE_Q8_0] = {CW_TYPE_Q8_0, cw_dot_q8_0_ref, X86(cw_dot_q8_0_avx2)},
+    [CW_TYPE_Q4_0] = {CW_TYPE_Q8_0, cw_dot_q4_0_ref, X86(cw_dot_q4_0_avx2)},
+    [CW_TYPE_Q5_0] = {CW_TYPE_Q8_0, cw_dot_q5_0_ref, NULL},
+    [CW_TYPE_IQ4_NL] = {CW_TYPE_Q8_0, cw_dot_iq4_nl_ref, X86(cw_dot_iq4_nl_avx2)},
+    [CW_TYPE_MXFP4] = {CW_TYPE_Q8_0, cw_dot_mxfp4_ref, NULL},
+    [CW_TYPE_NVFP4] = {CW_TYPE_Q8_0, cw_dot_nvfp4_ref, NULL},
+    [CW_TYPE_Q4_1] = {CW_TYPE_Q8_1, cw_dot_q4_1_ref, NULL},
+    [CW_TYPE_Q5_1] = {CW_TYPE_Q8_1, cw_dot_q5_1_ref, NULL},
+    [CW_TYPE_Q2_K] = {CW_TYPE_Q8_K, cw_dot_q2_k_ref, NULL},
+    [CW_TYPE_Q3_K] = {CW_TYPE_Q8_K, cw_dot_q3_k_ref, NULL},
+    [CW_TYPE_Q4_K] = {CW_TYPE_Q8_K, cw_dot_q4_k_ref, X86(cw_dot_q4_k_avx2)},
+    [CW_TYPE_Q5_K] = {CW_TYPE_Q8_K, cw_dot_q5_k_ref, X86(cw_dot_q5_k_avx2)},
+    [CW_TYPE_Q6_K] = {CW_TYPE_Q8_K, cw_dot_q6_k_ref, X86(cw_dot_q6_k_avx2)},
+    [CW_TYPE_IQ4_XS] = {CW_TYPE_Q8_K, cw_dot_iq4_xs_ref, X86(cw_dot_iq4_xs_avx2)},
+};
+
+static const struct type_ops *ops_of(enum cw_qtype t)
+{
+    if ((unsigned)t >= CW_TYPE_COUNT || !type_ops[t].ref)
+        return NULL;
+    return &type_ops[t];
+}
+
+enum cw_cpu_isa cw_cpu_isa_best(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return CW_CPU_AVX2;
+#endif
+    return CW_CPU_SCALAR;
+}
+
+int cw_cpu_supports(enum cw_qtype wtype)
+{
+    return ops_of(wtype) != NULL;
+}
+
+int cw_cpu_vec_dot_type(enum cw_qtype wtype)
+{
+    const struct type_ops *o = ops_of(wtype);
+    return o ? (int)o->act : -1;
+}
+
+size_t cw_cpu_act_bytes(enum cw_qtype wtype, int64_t n)
+{
+    const struct type_ops *o = ops_of(wtype);
+    const struct cw_qtype_traits *wt = cw_qtype_traits(wtype);
+    if (!o || !wt || n <= 0 || n % wt->block_elems)
+        return 0;
+    return cw_qtype_row_bytes(o->act, n);
+}
+
+void cw_cpu_quantize_act(enum cw_qtype wtype, const float *x, void *xq, int64_t n)
+{
+    const struct type_ops *o = ops_of(wtype);
+    if (!o)
+        return;
+    switch (o->act) {
+    case CW_TYPE_F32:
+        memcpy(xq, x, (size_t)n * sizeof(float));
+        break;
+    case CW_TYPE_Q8_1:
+        cw_cpu_quant_row_q8_1(x, xq, n);
+        break;
+    default: /* Q8_K, Q8_0, F16, BF16: the bit-exact quantisers of gguf/ */
+        cw_qtype_traits(o->act)->quant_row(x, xq, n);
+        break;
+    }
+}
+
+cw_vec_dot_fn cw_cpu_vec_dot_fn(enum cw_qtype wtype, enum cw_cpu_isa isa)
+{
+    const struct type_ops *o = ops_of(wtype);
+    if (!o)
+        return NULL;
+    if (isa >= CW_CPU_AVX2 && o->avx2)
+        return o->avx2;
+    return o->ref;
+}
+
+float cw_cpu_vec_dot(enum cw_qtype wtype, int64_t n, const void *w_row, const void *xq)
+{
+    return cw_cpu_vec_dot_fn(wtype, cw_cpu_isa_best())(n, w_row, xq);
+}
+
+/* ---- dense matmul -------------------------------------------------------- */
+
+#define ALIGN64(x) (((x) + 63) & ~(size_t)63)
+
+struct mm_ctx {
+    enum cw_qtype wtype;
+    cw_vec_dot_fn dot;
+    const char *w;
+    size_t row_bytes, act_bytes, expert_stride;
+    int64_t n_in, n_out, n_tok, n_used, n_pairs;
+    const float *x;
+    char *xq;
+    float *y;
+    int x_per_slot;
+    const int64_t *order; /* matmul_id: (expert << 32 | pair), sorted */
+};
+
+static void split(int64_t n, int ith, int nth, int64_t *r0, int64_t *r1)
+{
+    *r0 = n * ith / nth;
+    *r1 = n * (ith + 1) / nth;
+}
+
+static void quant_task(void *p, int ith, int nth)
+{
+    struct mm_ctx *c = p;
+    for (int64_t t = ith; t < c->n_tok; t += nth)
+        cw_cpu_quantize_act(c->wtype, c->x + t * c->n_in, c->xq + t * c->act_bytes, c->n_in);
+}
+
+static void dense_task(void *p, int ith, int nth)
+{
+    struct mm_ctx *c = p;
+    int64_t r0, r1;
+    split(c->n_out, ith, nth, &r0, &r1);
+    for (int64_t o = r0; o < r1; o++) {
+        const char *wr = c->w + o * c->row_bytes;
+        for (int64_t t = 0; t < c->n_tok; t++)
+            c->y[t * c->n_out + o] = c->dot(c->n_in, wr, c->xq + t * c->act_bytes);
+    }
+}
+
+size_t cw_cpu_matmul_scratch(enum cw_qtype wtype, int64_t n_in, int64_t n_tok)
+{
+    return ALIGN64(cw_cpu_act_bytes(wtype, n_in) * (size_t)n_tok);
+}
+
+/* Activation rows: quantised by the caller alone for a single row (one
+ * handshake saved), else spread over the threads. */
+static void quantize_rows(struct cw_pool *pool, struct mm_ctx *c, int64_t n_rows)
+{
+    int64_t saved = c->n_tok;
+    c->n_tok = n_rows;
+    if (n_rows == 1 || cw_pool_size(pool) == 1)
+        quant_task(c, 0, 1);
+    else
+        cw_pool_run(pool, quant_task, c);
+    c->n_tok = saved;
+}
+
+void cw_cpu_matmul(struct cw_pool *pool, enum cw_qtype wtype, const void *w, int64_t n_in,
+                   int64_t n_out, const float *x, int64_t n_tok, float *y, void *scratch)
+{
+    struct mm_ctx c = {
+        .wtype = wtype,
+        .dot = cw_cpu_vec_dot_fn(wtype, cw_cpu_isa_best()),
+        .w = w,
+        .row_bytes = cw_qtype_row_bytes(wtype, n_in),
+        .act_bytes = cw_cpu_act_bytes(wtype, n_in),
+        .n_in = n_in,
+        .n_out = n_out,
+        .n_tok = n_tok,
+        .x = x,
+        .xq = scratch,
+        .y = y,
+    };
+    if (!c.dot || n_tok <= 0 || n_out <= 0)
+        return;
+    quantize_rows(pool, &c, n_tok);
+    cw_pool_run(pool, dense_task, &c);
+}
+
+/* ---- MoE matmul ---------------------------------------------------------- */
+
+size_t cw_cpu_matmul_id_scratch(enum cw_qtype wtype, int64_t n_in, int64_t n_x_rows,
+                                int64_t n_pairs)
+{
+    return ALIGN64(cw_cpu_act_bytes(wtype, n_in) * (size_t)n_x_rows) +
+           (size_t)n_pairs * sizeof(int64_t);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Each thread takes its share of the rows of every expert in turn, and for
+ * each such row runs through all the pairs routed to that expert. */
+static void id_task(void *p, int ith, int nth)
+{
+    struct mm_ctx *c = p;
+    int64_t r0, r1;
+    split(c->n_out, ith, nth, &r0, &r1);
+    for (int64_t g0 = 0; g0 < c->n_pairs;) {
+        int64_t e = c->order[g0] >> 32, g1 = g0;
+        while (g1 < c->n_pairs && c->order[g1] >> 32 == e)
+            g1++;
+        const char *we = c->w + (size_t)e * c->expert_stride;
+        for (int64_t o = r0; o < r1; o++) {
+            const char *wr = we + o * c->row_bytes;
+            for (int64_t g = g0; g < g1; g++) {
+                int64_t pair = c->order[g] & 0xffffffff;
+                int64_t xr = c->x_per_slot ? pair : pair / c->n_used;
+                c->y[pair * c->n_out + o] = c->dot(c->n_in, wr, c->xq + xr * c->act_bytes);
+            }
+        }
+        g0 = g1;
+    }
+}
+
+void cw_cpu_matmul_id(struct cw_pool *pool, enum cw_qtype wtype, const void *w,
+                      size_t expert_stride, int64_t n_in, int64_t n_out, const float *x,
+                      int x_per_slot, const int32_t *ids, int64_t n_used, int64_t n_tok,
+                      float *y, void *scratch)
+{
+    int64_t n_x_rows = x_per_slot ? n_tok * n_used : n_tok;
+    struct mm_ctx c = {
+        .wtype = wtype,
+        .dot = cw_cpu_vec_dot_fn(wtype, cw_cpu_isa_best()),
+        .w = w,
+        .row_bytes = cw_qtype_row_bytes(wtype, n_in),
+        .act_bytes = cw_cpu_act_bytes(wtype, n_in),
+        .expert_stride = expert_stride,
+        .n_in = n_in,
+        .n_out = n_out,
+        .n_tok = n_tok,
+        .n_used = n_used,
+        .x = x,
+        .xq = scratch,
+        .y = y,
+        .x_per_slot = x_per_slot,
+    };
+    if (!c.dot || n_tok <= 0 || n_out <= 0 || n_used <= 0)
+        return;
+    int64_t *order = (int64_t *)(c.xq + ALIGN64(c.act_bytes * (size_t)n_x_rows));
+    int64_t n_pairs = 0;
+    for (int64_t i = 0; i < n_tok * n_used; i++)
+        if (ids[i] >= 0)
+            order[n_pairs++] = (int64_t)ids[i] << 32 | i;
+    qsort(order, (size_t)n_pairs, sizeof(*order), cmp_i64);
+    c.order = order;
+    c.n_pairs = n_pairs;
+    quantize_rows(pool, &c, n_x_rows);
+    cw_pool_run(pool, id_task, &c);
+}

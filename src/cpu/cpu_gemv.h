@@ -1,0 +1,85 @@
+/* cpu_gemv.h — quantised matrix × activation products on the CPU.
+ *
+ * Owns the pairing of each weight type with the type its activations are
+ * quantised to before a dot product (llama.cpp's CPU vec_dot_type: Q8_K for
+ * the K-quants and IQ4_XS, Q8_0 for Q8_0/Q4_0/Q5_0/IQ4_NL/MXFP4/NVFP4, Q8_1
+ * for Q4_1/Q5_1, F16/BF16/F32 for themselves), the dot products straight from
+ * the GGUF blocks (scalar for every type, AVX2 where it pays), and the
+ * threaded matmul / MoE matmul built on them.
+ *
+ * Numerics: integer products are exact; each block's integer sum is scaled
+ * and added to one float accumulator in block order (float ops without FMA
+ * contraction), and F32/F16/BF16 rows use 32 interleaved lanes reduced in a
+ * fixed tree. The AVX2 paths follow the same order, so they are bit-identical
+ * to the scalar ones. Every output element of a matmul is one vec_dot call,
+ * so results do not depend on the thread count or on how tokens are batched. */
+#ifndef CW_CPU_GEMV_H
+#define CW_CPU_GEMV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/pool.h"
+#include "gguf/quant.h"
+
+/* Instruction-set level of a kernel. */
+enum cw_cpu_isa {
+    CW_CPU_SCALAR = 0,
+    CW_CPU_AVX2 = 1, /* AVX2 + FMA + F16C */
+};
+
+/* w_row · xq over n elements; xq is already in the paired activation type. */
+typedef float (*cw_vec_dot_fn)(int64_t n, const void *w_row, const void *xq);
+
+/* Best level this CPU runs. */
+enum cw_cpu_isa cw_cpu_isa_best(void);
+
+/* 1 if the CPU backend can multiply with weights of this type. */
+int cw_cpu_supports(enum cw_qtype wtype);
+
+/* The activation type a weight type pairs with; -1 if unsupported. */
+int cw_cpu_vec_dot_type(enum cw_qtype wtype);
+
+/* Bytes of one activation row of n elements quantised for wtype; 0 if the
+ * type is unsupported or n is not a multiple of the block sizes. */
+size_t cw_cpu_act_bytes(enum cw_qtype wtype, int64_t n);
+
+/* Quantises one activation row x[n] into xq (cw_cpu_act_bytes bytes), exactly
+ * as llama.cpp's CPU backend does (Q8_K / Q8_0 / Q8_1 / F16 / BF16 / copy). */
+void cw_cpu_quantize_act(enum cw_qtype wtype, const float *x, void *xq, int64_t n);
+
+/* The vec_dot of a type at a level (the scalar one where the level has none
+ * of its own); NULL if the type is unsupported. */
+cw_vec_dot_fn cw_cpu_vec_dot_fn(enum cw_qtype wtype, enum cw_cpu_isa isa);
+
+/* One dot product with the best kernel. */
+float cw_cpu_vec_dot(enum cw_qtype wtype, int64_t n, const void *w_row, const void *xq);
+
+/* Scratch bytes that cw_cpu_matmul needs for n_tok rows of n_in. */
+size_t cw_cpu_matmul_scratch(enum cw_qtype wtype, int64_t n_in, int64_t n_tok);
+
+/* y[t*n_out + o] = W[o] · x[t*n_in ...] for t < n_tok, o < n_out, where W is
+ * n_out rows of n_in elements of wtype, stored row after row. Each activation
+ * row is quantised once; output rows are split over the pool's threads.
+ * scratch: cw_cpu_matmul_scratch bytes (64-byte aligned preferred). Shapes
+ * are the caller's invariant (n_in a multiple of the block size). */
+void cw_cpu_matmul(struct cw_pool *pool, enum cw_qtype wtype, const void *w, int64_t n_in,
+                   int64_t n_out, const float *x, int64_t n_tok, float *y, void *scratch);
+
+/* Scratch bytes for cw_cpu_matmul_id. */
+size_t cw_cpu_matmul_id_scratch(enum cw_qtype wtype, int64_t n_in, int64_t n_x_rows,
+                                int64_t n_pairs);
+
+/* MoE: for token t < n_tok and slot k < n_used, with e = ids[t*n_used + k],
+ *   y[(t*n_used + k)*n_out + o] = W_e[o] · x_row,
+ * where W_e starts at (const char *)w + e*expert_stride and x_row is
+ * x[t*n_in ...] when x_per_slot is 0 (gate/up: one input per token) or
+ * x[(t*n_used + k)*n_in ...] when it is 1 (down: one input per slot).
+ * Work is grouped by expert, so each expert matrix is streamed once per call.
+ * A negative id leaves its output row untouched. */
+void cw_cpu_matmul_id(struct cw_pool *pool, enum cw_qtype wtype, const void *w,
+                      size_t expert_stride, int64_t n_in, int64_t n_out, const float *x,
+                      int x_per_slot, const int32_t *ids, int64_t n_used, int64_t n_tok,
+                      float *y, void *scratch);
+
+#endif
