@@ -57,6 +57,11 @@ int cwen_tokenize(const cwen *e, const char *text, size_t len, bool parse_specia
 /* The bytes of one token (special tokens rendered); NULL for a bad id. */
 const char *cwen_token_piece(const cwen *e, int32_t id, size_t *len);
 
+/* Copies s[0..n) to out (room for 3n bytes) with every byte that is not
+ * part of a valid UTF-8 sequence replaced by U+FFFD; returns the length.
+ * Event text is always valid UTF-8; token pieces need not be. */
+size_t cwen_utf8_lossy(const char *s, size_t n, char *out);
+
 /* Renders a conversation given as OpenAI-shaped JSON text
  * {messages, tools, add_generation_prompt, enable_thinking} with the file's
  * chat template. *prompt is malloc'd. Errors: CW_ERR_INVALID (the template

@@ -210,6 +210,45 @@ int cwen_render_chat(const cwen *e, const char *conv_json, size_t len, char **pr
     return rc;
 }
 
+/* Length of the valid UTF-8 sequence at s[0..n), or 0. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (!len || len > n || (len == 2 && c < 0xC2))
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    if (len == 3) {
+        unsigned cp = (c & 15) << 12 | (s[1] & 63u) << 6 | (s[2] & 63u);
+        if (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+    } else if (len == 4) {
+        unsigned cp = (c & 7) << 18 | (s[1] & 63u) << 12 | (s[2] & 63u) << 6 | (s[3] & 63u);
+        if (cp < 0x10000 || cp > 0x10FFFF)
+            return 0;
+    }
+    return len;
+}
+
+size_t cwen_utf8_lossy(const char *s, size_t n, char *out)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq(u + i, n - i);
+        if (l) {
+            memcpy(out + o, s + i, l);
+            o += l, i += l;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3, i++;
+        }
+    }
+    return o;
+}
+
 const char *cwen_finish_name(enum cwen_finish f)
 {
     switch (f) {
@@ -467,7 +506,7 @@ int cwen_generate(cwen *e, const struct cwen_gen_params *p, cwen_event_fn fn, vo
     if (forward(e, p->prompt, p->n_prompt, err) < 0)
         goto done;
     struct cw_detok dt = {.special = false};
-    char piece[512];
+    char piece[512], clean[3 * sizeof piece];
     u->finish = CWEN_FINISH_LENGTH;
     for (int64_t n_gen = 0; n_gen < p->max_tokens; n_gen++) {
         int32_t tok = cw_sampler_sample(&smp, e->logits);
@@ -508,7 +547,8 @@ int cwen_generate(cwen *e, const struct cwen_gen_params *p, cwen_event_fn fn, vo
                 reasoning = false;
         }
         const char *hit = NULL;
-        int r = push_text(&g, piece, (size_t)n, &hit, err);
+        n = (int)cwen_utf8_lossy(piece, (size_t)n, clean);
+        int r = push_text(&g, clean, (size_t)n, &hit, err);
         if (r < 0)
             goto done;
         if (r == 2) {
@@ -528,7 +568,8 @@ int cwen_generate(cwen *e, const struct cwen_gen_params *p, cwen_event_fn fn, vo
     /* flush: held UTF-8 bytes, held stop-string prefixes, the parser */
     if (!g.cancelled && !g.stop_now && !u->stop_string) {
         int n = cw_detok_flush(&dt, piece, sizeof piece);
-        if (n > 0 && release(&g, piece, (size_t)n, err) < 0)
+        n = n > 0 ? (int)cwen_utf8_lossy(piece, (size_t)n, clean) : 0;
+        if (n > 0 && release(&g, clean, (size_t)n, err) < 0)
             goto done;
         if (!g.cancelled && release(&g, g.pending, g.n_pending, err) < 0)
             goto done;

@@ -41,7 +41,7 @@ static int native_event(struct srv_job *j, const struct cwen_event *ev)
     if (!j->stream)
         return 0;
     if (ev->type == CWEN_EV_TOKEN) {
-        json_t *o = json_pack("{s:i}", "token", (json_int_t)ev->token);
+        json_t *o = json_pack("{s:I}", "token", (json_int_t)ev->token);
         if (n->want_logprobs)
             json_object_set(o, "logprob",
                             json_array_get(j->logprobs, json_array_size(j->logprobs) - 1));

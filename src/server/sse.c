@@ -63,11 +63,10 @@ static json_t *token_json(const cwen *e, int32_t id, float logprob)
     json_t *bytes = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(bytes, json_integer((unsigned char)s[i]));
-    /* a piece may be part of a UTF-8 sequence: jansson refuses invalid text */
-    json_t *tok = json_stringn(s ? s : "", n);
-    if (!tok)
-        tok = json_string("");
-    return json_pack("{s:i, s:o, s:f, s:o}", "id", (json_int_t)id, "token", tok, "logprob",
+    /* a piece may be part of a UTF-8 sequence: bytes has the truth */
+    char clean[3 * 256];
+    json_t *tok = json_stringn(clean, n <= 256 ? cwen_utf8_lossy(s, n, clean) : 0);
+    return json_pack("{s:I, s:o, s:f, s:o}", "id", (json_int_t)id, "token", tok, "logprob",
                      (double)logprob, "bytes", bytes);
 }
 
