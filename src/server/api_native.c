@@ -89,7 +89,7 @@ int native_generate(struct srv_job *j, struct srv_err *e)
     bool lp = false;
     if (rq_model(j, r, false, e) || rq_int(r, "max_tokens", 1, 1 << 30, &j->gp.max_tokens, e) ||
         rq_bool(r, "stream", &j->stream, e) || rq_sampling(j, r, "stop", e) ||
-        rq_bool(r, "logprobs", &lp, e) ||
+        rq_logit_bias(j, r, e) || rq_bool(r, "logprobs", &lp, e) ||
         rq_int(r, "top_logprobs", 0, CWEN_MAX_TOP_LOGPROBS, &top, e))
         return -1;
     n->want_logprobs = lp || top >= 0;

@@ -65,28 +65,7 @@ static int common(struct srv_job *j, json_t *r, const char *const *max_keys, str
             return -1;
     if (rq_bool(r, "stream", &j->stream, e) || rq_sampling(j, r, "stop", e))
         return -1;
-    json_t *lb = json_object_get(r, "logit_bias");
-    if (lb && !json_is_null(lb)) {
-        if (!json_is_object(lb))
-            return srv_errf(e, 400, "logit_bias", "'logit_bias' must map token ids to numbers");
-        j->bias = calloc(json_object_size(lb) + 1, sizeof *j->bias);
-        const char *k;
-        json_t *v;
-        int32_t nv = cwen_get_info(srv_engine(j->srv))->n_vocab;
-        json_object_foreach(lb, k, v) {
-            char *end;
-            long id = strtol(k, &end, 10);
-            if (*end || end == k || id < 0 || id >= nv)
-                return srv_errf(e, 400, "logit_bias", "logit_bias: '%s' is not a token id", k);
-            if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
-                return srv_errf(e, 400, "logit_bias",
-                                "logit_bias: the bias of %s must be a number in [-100, 100]", k);
-            j->bias[j->gp.sampling.n_bias++] =
-                (struct cw_logit_bias){(int32_t)id, (float)json_number_value(v)};
-        }
-        j->gp.sampling.bias = j->bias;
-    }
-    return 0;
+    return rq_logit_bias(j, r, e);
 }
 
 static bool include_usage(json_t *r)

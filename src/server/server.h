@@ -93,6 +93,8 @@ int rq_str(json_t *o, const char *key, const char **out, struct srv_err *e);
  * top_p, top_k, min_p, seed, penalties) and j->stops from key_stop
  * (string or array of strings). */
 int rq_sampling(struct srv_job *j, json_t *o, const char *key_stop, struct srv_err *e);
+/* logit_bias: {"token id": bias in [-100, 100]}. */
+int rq_logit_bias(struct srv_job *j, json_t *o, struct srv_err *e);
 /* The model field: absent/empty or a valid name; else 400 naming the valid ones. */
 int rq_model(struct srv_job *j, json_t *o, bool required, struct srv_err *e);
 /* Refuses fields this server knows but does not implement: each entry is
