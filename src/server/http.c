@@ -41,6 +41,7 @@ struct cw_server {
     struct srv_job *head, *tail;
     int n_queued;
     _Atomic bool stopping;
+    _Atomic int n_active; /* requests between their first callback and completion */
     pthread_mutex_t log_mu;
 };
 
@@ -297,8 +298,9 @@ static enum MHD_Result submit(struct cw_server *s, struct MHD_Connection *c, str
     pthread_mutex_unlock(&s->mu);
     if (e.status) {
         srv_log(s, CW_LOG_WARN, "%s: %d %s", j->route, e.status, e.msg);
+        enum srv_dialect d = j->dialect;
         job_release(j);
-        return send_err(c, j->dialect == SRV_ANTHROPIC ? SRV_ANTHROPIC : SRV_OPENAI, &e);
+        return send_err(c, d, &e);
     }
     if (j->stream) {
         struct MHD_Response *r =
@@ -441,6 +443,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!cn)
             return MHD_NO;
         cn->dialect = dialect_of(url);
+        s->n_active++;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > BODY_CAP)
             cn->too_big = true;
@@ -478,8 +481,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
+    struct cw_server *s = cls;
     struct conn *cn = *con_cls;
     if (cn) {
+        s->n_active--;
         free(cn->body);
         free(cn);
         *con_cls = NULL;
@@ -562,6 +567,9 @@ void cw_server_stop(struct cw_server *s)
     pthread_mutex_unlock(&s->mu);
     if (s->has_worker)
         pthread_join(s->worker, NULL);
+    /* let the answers already decided reach their clients (bounded wait) */
+    for (int i = 0; i < 500 && s->n_active > 0; i++)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
     if (s->d)
         MHD_stop_daemon(s->d);
     pthread_mutex_destroy(&s->mu);
