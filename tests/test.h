@@ -10,9 +10,9 @@
 
 static int test_pass_, test_fail_, test_skip_;
 
-static void test_report_(int cond, const char *file, int line, const char *fmt, ...)
+static __attribute__((unused)) void test_report_(int cond, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static void test_report_(int cond, const char *file, int line, const char *fmt, ...)
+static __attribute__((unused)) void test_report_(int cond, const char *file, int line, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

@@ -586,6 +586,8 @@ int cw_mkmodel(const struct cw_mkmodel_opts *o, struct cw_mkmodel_result *res, s
         int64_t per = ts[i].ne[0] >= CHUNK_ELEMS ? 1 : CHUNK_ELEMS / ts[i].ne[0];
         n_items += (size_t)((rows + per - 1) / per);
         res->n_params += (uint64_t)(rows * ts[i].ne[0]);
+        res->decode_bytes +=
+            cw_qwen35_decode_bytes(&o->hp, &ts[i], cw_qtype_row_bytes(types[i], ts[i].ne[0]) * (uint64_t)rows);
     }
     res->n_tensors = nt;
     res->file_size = cw_gguf_writer_total_size(w);

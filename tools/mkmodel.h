@@ -5,7 +5,8 @@
  * chosen mix), random weights, and a real tokenizer copied from a vocabulary
  * GGUF. The tensor list comes from model/qwen35 (cw_qwen35_tensors); this
  * module owns weight initialisation, the mix rules and parallel writing.
- * Output is a function of (hparams, mix, seed, std, vocab, template) only:
+ * Output is a function of (hparams, mix, seed, std, logit_std, vocab,
+ * template, name) only:
  * each chunk of rows is seeded from seed + tensor name + chunk index, so the
  * thread count never changes a byte. */
 #ifndef CW_MKMODEL_H
@@ -49,6 +50,7 @@ struct cw_mkmodel_result {
     uint64_t n_tensors;
     uint64_t file_size;   /* bytes */
     uint64_t n_params;    /* elements over all tensors */
+    uint64_t decode_bytes; /* weight bytes read per token by the main pass (cw_qwen35_decode_bytes) */
     double seconds;       /* wall time of the data phase */
     /* ids the special tokens got (-1 if absent) */
     int32_t id_think, id_think_end, id_tool_call, id_tool_call_end, id_tool_resp, id_tool_resp_end;

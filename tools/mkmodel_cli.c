@@ -30,7 +30,8 @@ static void usage(FILE *f)
             "  shape overrides: --layers N (main) --embd N --heads N --kv-heads N --head-dim N --rot N\n"
             "    --experts N --experts-used N --ff-exp N --ff-shexp N --ff N --k-heads N --v-heads N\n"
             "    --state-size N --conv N --ctx N\n"
-            "  --dry-run              print tensor count and file size, write nothing\n"
+            "  --dry-run              print tensor count, file size, decode bytes/token; write nothing\n"
+            "  --list                 print every tensor: name, type, shape\n"
             "  -h, --help\n",
             CW_MKMODEL_DEFAULT_STD, CW_MKMODEL_DEFAULT_LOGIT_STD);
 }
@@ -38,7 +39,7 @@ static void usage(FILE *f)
 enum {
     O_PRESET = 256, O_MIX, O_NO_MTP, O_SEED, O_STD, O_THREADS, O_VOCAB, O_TEMPLATE, O_NAME, O_VOCAB_SIZE,
     O_LAYERS, O_EMBD, O_HEADS, O_KV_HEADS, O_HEAD_DIM, O_ROT, O_EXPERTS, O_EXPERTS_USED, O_FF_EXP,
-    O_FF_SHEXP, O_FF, O_K_HEADS, O_V_HEADS, O_STATE, O_CONV, O_CTX, O_DRY, O_LOGIT_STD,
+    O_FF_SHEXP, O_FF, O_K_HEADS, O_V_HEADS, O_STATE, O_CONV, O_CTX, O_DRY, O_LOGIT_STD, O_LIST,
 };
 
 static const struct option longopts[] = {
@@ -56,7 +57,8 @@ static const struct option longopts[] = {
     {"ff", required_argument, 0, O_FF}, {"k-heads", required_argument, 0, O_K_HEADS},
     {"v-heads", required_argument, 0, O_V_HEADS}, {"state-size", required_argument, 0, O_STATE},
     {"conv", required_argument, 0, O_CONV}, {"ctx", required_argument, 0, O_CTX},
-    {"dry-run", no_argument, 0, O_DRY}, {"logit-std", required_argument, 0, O_LOGIT_STD}, {0, 0, 0, 0},
+    {"dry-run", no_argument, 0, O_DRY}, {"logit-std", required_argument, 0, O_LOGIT_STD},
+    {"list", no_argument, 0, O_LIST}, {0, 0, 0, 0},
 };
 
 static int parse_u64(const char *opt, const char *s, uint64_t max, uint64_t *out)
@@ -71,11 +73,25 @@ static int parse_u64(const char *opt, const char *s, uint64_t max, uint64_t *out
     return 0;
 }
 
+/* "tensor NAME TYPE ne0,ne1,ne2" per tensor, in file order */
+static void print_list(const struct cw_qwen35_hparams *hp, enum cw_mix mix)
+{
+    size_t n = cw_qwen35_tensors(hp, NULL, 0);
+    struct cw_qwen35_tensor *ts = calloc(n, sizeof *ts);
+    if (!ts)
+        return;
+    cw_qwen35_tensors(hp, ts, n);
+    for (size_t i = 0; i < n; i++)
+        printf("tensor %s %s %lld,%lld,%lld\n", ts[i].name, cw_qtype_name(cw_mkmodel_tensor_type(hp, &ts[i], mix)),
+               (long long)ts[i].ne[0], (long long)ts[i].ne[1], (long long)ts[i].ne[2]);
+    free(ts);
+}
+
 int cw_cmd_mkmodel(int argc, char **argv)
 {
     struct cw_mkmodel_opts o = {.mix = CW_MIX_Q4_K_M, .seed = 1};
     const char *preset = "tiny-moe";
-    bool mtp = true;
+    bool mtp = true, list = false;
     /* shape overrides, applied after the preset; 0 = keep */
     uint64_t ov[O_LOGIT_STD + 1] = {0};
     bool has_ov = false;
@@ -123,6 +139,7 @@ int cw_cmd_mkmodel(int argc, char **argv)
         case O_TEMPLATE: o.template_path = optarg; break;
         case O_NAME: o.name = optarg; break;
         case O_DRY: o.dry_run = true; break;
+        case O_LIST: list = true; break;
         case '?': usage(stderr); return 2;
         default:
             if (c >= O_VOCAB_SIZE && c < O_DRY) {
@@ -193,9 +210,12 @@ int cw_cmd_mkmodel(int argc, char **argv)
         fprintf(stderr, "cwen mkmodel: %s\n", err.msg);
         return 1;
     }
+    if (list)
+        print_list(hp, o.mix);
     if (o.dry_run) {
-        printf("tensors: %llu\nsize: %llu bytes (%.2f GB)\nparams: %llu\n", (unsigned long long)res.n_tensors,
-               (unsigned long long)res.file_size, (double)res.file_size / 1e9, (unsigned long long)res.n_params);
+        printf("tensors: %llu\nsize: %llu bytes (%.2f GB)\nparams: %llu\ndecode bytes/token: %llu\n",
+               (unsigned long long)res.n_tensors, (unsigned long long)res.file_size, (double)res.file_size / 1e9,
+               (unsigned long long)res.n_params, (unsigned long long)res.decode_bytes);
         return 0;
     }
     printf("wrote %s: %s %s, %llu tensors, %llu bytes (%.2f GB) in %.2f s (%.1f MB/s)\n", o.out_path,

@@ -40,6 +40,15 @@ static inline float cw_h2f(cw_f16 h)
     return f;
 }
 
+/* 2^(e-128): the E8M0 scale halved, because the FP4 levels are doubled. */
+static inline float cw_e8m0_half(uint8_t e)
+{
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
 /* acc + (d_w*d_x)*sumi: one scale per block. */
 static inline float cw_comb1(float acc, float dw, float dx, int32_t sumi)
 {
@@ -87,16 +96,22 @@ static inline float cw_reduce32(const float l[32])
     return u[0] + u[1];
 }
 
-/* Q4_K/Q5_K scale and min of sub-block s from the 12 packed bytes. */
-static inline void cw_k4_scale_min(const uint8_t *q, int s, int *sc, int *m)
+/* Q4_K/Q5_K: the eight 6-bit scales and mins of the 12 packed bytes, by
+ * whole words (no branches): for s < 4 sc = b[s] & 63, m = b[s+4] & 63; for
+ * s >= 4 the low 4 bits come from b[s+4] (low / high nibble) and the top 2
+ * from the spare top bits of b[s-4] / b[s]. */
+static inline void cw_k4_unpack(const uint8_t *q, uint8_t sc[8], uint8_t mn[8])
 {
-    if (s < 4) {
-        *sc = q[s] & 63;
-        *m = q[s + 4] & 63;
-    } else {
-        *sc = (q[s + 4] & 15) | ((q[s - 4] >> 6) << 4);
-        *m = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
-    }
+    uint32_t u0, u1, u2, o[4];
+    memcpy(&u0, q, 4);
+    memcpy(&u1, q + 4, 4);
+    memcpy(&u2, q + 8, 4);
+    o[0] = u0 & 0x3f3f3f3fu;
+    o[1] = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
+    o[2] = u1 & 0x3f3f3f3fu;
+    o[3] = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
+    memcpy(sc, o, 8);
+    memcpy(mn, o + 2, 8);
 }
 
 #define CW_DOT_DECL(name) float name(int64_t n, const void *w_row, const void *xq);
@@ -127,6 +142,7 @@ CW_DOT_DECL(cw_dot_bf16_avx2)
 CW_DOT_DECL(cw_dot_q8_0_avx2)
 CW_DOT_DECL(cw_dot_q4_0_avx2)
 CW_DOT_DECL(cw_dot_iq4_nl_avx2)
+CW_DOT_DECL(cw_dot_mxfp4_avx2)
 CW_DOT_DECL(cw_dot_q4_k_avx2)
 CW_DOT_DECL(cw_dot_q5_k_avx2)
 CW_DOT_DECL(cw_dot_q6_k_avx2)

@@ -1,5 +1,5 @@
 /* cpu_dot_avx2.c — AVX2 (+FMA, F16C) vec_dot kernels for the hot types:
- * F32/F16/BF16, Q8_0, Q4_0, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS.
+ * F32/F16/BF16, Q8_0, Q4_0, IQ4_NL, MXFP4, Q4_K, Q5_K, Q6_K, IQ4_XS.
  *
  * Each function is compiled for the avx2 target by attribute, so the build
  * stays portable; cpu_gemv.c calls them only after a run-time CPU check. The
@@ -142,12 +142,44 @@ AVX2 float cw_dot_iq4_nl_avx2(int64_t n, const void *w_row, const void *xq)
     return acc;
 }
 
+/* MXFP4: the doubled E2M1 levels by table, the halved E8M0 scale applied in
+ * the same order as the scalar kernel. */
+AVX2 float cw_dot_mxfp4_avx2(int64_t n, const void *w_row, const void *xq)
+{
+    const struct cw_block_mxfp4 *w = w_row;
+    const struct cw_block_q8_0 *x = xq;
+    const __m256i tab = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    float acc = 0;
+    for (int64_t b = 0; b < n / CW_QK; b++) {
+        __m256i q = _mm256_shuffle_epi8(tab, nibbles32(w[b].qs));
+        __m256i s = dot_s8(q, _mm256_loadu_si256((const __m256i *)x[b].qs));
+        acc = cw_comb1(acc, h2f(x[b].d), cw_e8m0_half(w[b].e), hsum_i32(s));
+    }
+    return acc;
+}
+
 /* ---- K-quants against Q8_K ---------------------------------------------- */
 
 AVX2 static inline __m256i scale2(int lo, int hi)
 {
     return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)lo)),
                                    _mm_set1_epi16((short)hi), 1);
+}
+
+/* Unpacks the scales (OUT: sc) and returns Σ_s min_s·(bsum_2s + bsum_2s+1). */
+AVX2 static inline int32_t k4_scales_summ(const uint8_t *packed, const int16_t *bsums, uint8_t sc[8])
+{
+    uint8_t mn[8];
+    cw_k4_unpack(packed, sc, mn);
+    __m128i b0 = _mm_loadu_si128((const __m128i *)bsums);
+    __m128i b1 = _mm_loadu_si128((const __m128i *)(bsums + 8));
+    __m128i pairs = _mm_hadd_epi16(b0, b1); /* |pair| <= 4064: no overflow */
+    __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
+    __m128i p = _mm_madd_epi16(pairs, m16);
+    p = _mm_add_epi32(p, _mm_unpackhi_epi64(p, p));
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 1));
+    return _mm_cvtsi128_si32(p);
 }
 
 AVX2 float cw_dot_q4_k_avx2(int64_t n, const void *w_row, const void *xq)
@@ -157,12 +189,8 @@ AVX2 float cw_dot_q4_k_avx2(int64_t n, const void *w_row, const void *xq)
     const __m256i m4 = _mm256_set1_epi8(15);
     float acc = 0;
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
-        int sc[8], mn[8];
-        int32_t summ = 0;
-        for (int s = 0; s < 8; s++) {
-            cw_k4_scale_min(w[b].scales, s, &sc[s], &mn[s]);
-            summ += mn[s] * (x[b].bsums[2 * s] + x[b].bsums[2 * s + 1]);
-        }
+        uint8_t sc[8];
+        int32_t summ = k4_scales_summ(w[b].scales, x[b].bsums, sc);
         __m256i vs = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * c));
@@ -186,12 +214,8 @@ AVX2 float cw_dot_q5_k_avx2(int64_t n, const void *w_row, const void *xq)
     const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
     float acc = 0;
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
-        int sc[8], mn[8];
-        int32_t summ = 0;
-        for (int s = 0; s < 8; s++) {
-            cw_k4_scale_min(w[b].scales, s, &sc[s], &mn[s]);
-            summ += mn[s] * (x[b].bsums[2 * s] + x[b].bsums[2 * s + 1]);
-        }
+        uint8_t sc[8];
+        int32_t summ = k4_scales_summ(w[b].scales, x[b].bsums, sc);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)w[b].qh);
         __m256i vs = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {

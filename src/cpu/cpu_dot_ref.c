@@ -138,15 +138,6 @@ float cw_dot_iq4_nl_ref(int64_t n, const void *w_row, const void *xq)
     return acc;
 }
 
-/* 2^(e-128): the E8M0 scale halved, because kv_fp4 is doubled. */
-static float e8m0_half(uint8_t e)
-{
-    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 float cw_dot_mxfp4_ref(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_mxfp4 *w = w_row;
@@ -156,7 +147,7 @@ float cw_dot_mxfp4_ref(int64_t n, const void *w_row, const void *xq)
         int32_t s = 0;
         for (int j = 0; j < 16; j++)
             s += kv_fp4[w[b].qs[j] & 15] * x[b].qs[j] + kv_fp4[w[b].qs[j] >> 4] * x[b].qs[j + 16];
-        acc = cw_comb1(acc, cw_h2f(x[b].d), e8m0_half(w[b].e), s);
+        acc = cw_comb1(acc, cw_h2f(x[b].d), cw_e8m0_half(w[b].e), s);
     }
     return acc;
 }
@@ -247,9 +238,10 @@ float cw_dot_q4_k_ref(int64_t n, const void *w_row, const void *xq)
     float acc = 0;
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
         int32_t sumi = 0, summ = 0;
+        uint8_t scs[8], mns[8];
+        cw_k4_unpack(w[b].scales, scs, mns);
         for (int s = 0; s < 8; s++) {
-            int sc, m;
-            cw_k4_scale_min(w[b].scales, s, &sc, &m);
+            int sc = scs[s], m = mns[s];
             const uint8_t *q = w[b].qs + 32 * (s / 2);
             int shift = 4 * (s % 2);
             int32_t d = 0;
@@ -270,9 +262,10 @@ float cw_dot_q5_k_ref(int64_t n, const void *w_row, const void *xq)
     float acc = 0;
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
         int32_t sumi = 0, summ = 0;
+        uint8_t scs[8], mns[8];
+        cw_k4_unpack(w[b].scales, scs, mns);
         for (int s = 0; s < 8; s++) {
-            int sc, m;
-            cw_k4_scale_min(w[b].scales, s, &sc, &m);
+            int sc = scs[s], m = mns[s];
             const uint8_t *q = w[b].qs + 32 * (s / 2);
             int shift = 4 * (s % 2);
             int32_t d = 0;

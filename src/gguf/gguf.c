@@ -86,11 +86,15 @@ static int need(struct rd *r, uint64_t n, const char *what)
     return 0;
 }
 
-static uint64_t le(const uint8_t *p, unsigned n)
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "cwen reads GGUF (little-endian) with plain loads: little-endian hosts only"
+#endif
+
+/* An unaligned little-endian load of n (1, 2, 4 or 8) bytes. */
+static inline uint64_t le(const uint8_t *p, unsigned n)
 {
     uint64_t v = 0;
-    for (unsigned i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
+    memcpy(&v, p, n);
     return v;
 }
 
@@ -177,11 +181,23 @@ static int rd_array(struct rd *r, struct cw_gguf_value *v, int depth)
         } else {
             r->n_strs += n;
         }
-        struct cw_gguf_str s;
+        /* the tokenizer's 248k strings come through here: keep the loop tight */
+        const uint8_t *b = r->b;
+        uint64_t pos = r->pos, size = r->size;
         for (uint64_t i = 0; i < n; i++) {
-            if (rd_str(r, out ? &out[i] : &s, "string"))
-                return -1;
+            uint64_t len;
+            if (size - pos < 8 || (len = le(b + pos, 8)) > size - pos - 8) {
+                r->pos = pos;
+                struct cw_gguf_str s;
+                return rd_str(r, &s, "string"); /* fails with the right message */
+            }
+            if (out) {
+                out[i].ptr = (const char *)b + pos + 8;
+                out[i].len = len;
+            }
+            pos += 8 + len;
         }
+        r->pos = pos;
     } else if (et == CW_GGUF_ARRAY) {
         struct cw_gguf_value *out = NULL;
         if (r->fill) {
@@ -391,7 +407,10 @@ static int rd_tensors(struct rd *r, struct cw_gguf *g, struct mem *m)
             return fail(r, off_at, "tensor '%s': data offset %" PRIu64 " is not a multiple of the alignment %" PRIu64,
                         nb, off, g->alignment);
         uint64_t room = g->size - g->data_offset; /* data_offset <= size checked by caller */
-        if (off > room || bytes > room - off)
+        if (off > room)
+            return fail(r, off_at, "tensor '%s': data offset %" PRIu64 " is past end of file (data section "
+                        "[%" PRIu64 ", %" PRIu64 "))", nb, off, g->data_offset, g->size);
+        if (bytes > room - off)
             return fail(r, off_at, "tensor '%s': data [%" PRIu64 ", %" PRIu64 ") extends past end of file (size %"
                         PRIu64 ")", nb, sat_add(g->data_offset, off),
                         sat_add(sat_add(g->data_offset, off), bytes), g->size);
@@ -845,7 +864,17 @@ int64_t cw_gguf_arr_i64(const struct cw_gguf_value *v, uint64_t i)
     case CW_GGUF_U64:
     case CW_GGUF_I64: return (int64_t)le(p + 8 * i, 8);
     case CW_GGUF_F32:
-    case CW_GGUF_F64: return (int64_t)cw_gguf_arr_f64(v, i);
+    case CW_GGUF_F64: {
+        /* truncated toward zero and clamped: converting an out-of-range double is undefined */
+        double d = cw_gguf_arr_f64(v, i);
+        if (!(d == d))
+            return 0;
+        if (d >= 9223372036854775807.0)
+            return INT64_MAX;
+        if (d <= -9223372036854775808.0)
+            return INT64_MIN;
+        return (int64_t)d;
+    }
     default: return 0;
     }
 }

@@ -171,7 +171,7 @@ static int split_text(struct cw_chat_splitter *s, const char *b, size_t n, bool 
         if (w > MAX_PRE) /* only the last MAX_PRE bytes of a run may precede a call */
             return emit(sp, text, w - MAX_PRE);
         if (w == n)
-            return eof ? emit(sp, s->state == ST_AFTER_TC ? CW_SPAN_PRE_TOOL : text, w) : -2;
+            return eof ? emit(sp, text, w) : -2;
         int m = tool_header(b + w, n - w, eof, &l, &no, &nl);
         if (m == M_PART)
             return -2;
@@ -251,9 +251,13 @@ int cw_chat_split_next(struct cw_chat_splitter *s, const char *b, size_t n, bool
         }
         s->state = s->state == ST_C_LEAD ? ST_CONTENT : ST_REASONING;
         return split_text(s, b, n, eof, sp);
+    case ST_AFTER_TC:
+        if (is_ws(b[0])) /* the newline between calls, or after the last */
+            return emit(sp, CW_SPAN_MARKUP, ws_run(b, n));
+        s->state = ST_CONTENT;
+        return split_text(s, b, n, eof, sp);
     case ST_REASONING:
     case ST_CONTENT:
-    case ST_AFTER_TC:
         return split_text(s, b, n, eof, sp);
     case ST_TC_BODY:
         if (is_ws(b[0]))
@@ -436,6 +440,11 @@ static json_t *param_value(struct cw_chat_parser *p)
         if (j && type_allowed(j, m))
             return j;
         json_decref(j);
+        /* the template writes booleans and null with Python's str() */
+        if (m != T_ANY && (m & T_BOOLEAN) && (!strcmp(v, "True") || !strcmp(v, "False")))
+            return json_boolean(v[0] == 'T');
+        if (m != T_ANY && (m & T_NULL) && !strcmp(v, "None"))
+            return json_null();
     }
     return json_stringn(v, p->value_.n);
 }

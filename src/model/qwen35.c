@@ -183,6 +183,8 @@ int cw_qwen35_hparams_load(const struct cw_gguf *g, struct cw_qwen35_hparams *hp
     /* vocabulary: the token array, else the embedding's rows */
     const struct cw_gguf_kv *toks = cw_gguf_find_kv(g, "tokenizer.ggml.tokens");
     const struct cw_gguf_tensor *emb = cw_gguf_find_tensor(g, "token_embd.weight");
+    if (!emb)
+        emb = cw_gguf_find_tensor(g, "output.weight");
     if (toks) {
         if (toks->value.type != CW_GGUF_ARRAY || toks->value.arr.type != CW_GGUF_STRING)
             return cw_errf(err, CW_ERR_FORMAT, "qwen35: %s: tokenizer.ggml.tokens is not a string array", path);
@@ -198,8 +200,8 @@ int cw_qwen35_hparams_load(const struct cw_gguf *g, struct cw_qwen35_hparams *hp
     }
     if (emb && (emb->ne[0] != hp->n_embd || emb->ne[1] != hp->n_vocab))
         return cw_errf(err, CW_ERR_FORMAT,
-                       "qwen35: %s: token_embd.weight is {%lld, %lld}, expected {%u, %u} (n_embd, n_vocab)",
-                       path, (long long)emb->ne[0], (long long)emb->ne[1], hp->n_embd, hp->n_vocab);
+                       "qwen35: %s: %s is {%lld, %lld}, expected {%u, %u} (n_embd, n_vocab)",
+                       path, emb->name, (long long)emb->ne[0], (long long)emb->ne[1], hp->n_embd, hp->n_vocab);
     if (cw_qwen35_hparams_check(hp, err))
         return cw_err_prefix(err, "%s", path);
     return 0;

@@ -7,6 +7,7 @@
  * top-1 probability well above uniform: random weights that gave flat
  * distributions would make argmax comparisons meaningless). */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,19 +22,43 @@
 /* below this mean top-1 probability the files are too flat to be useful */
 #define MIN_TOP1 0.2
 
-static int run_model(const char *path, int n_layer, int n_embd, int n_vocab)
+static int run_model(const char *path, int n_layer, int n_embd, int n_vocab, bool mtp)
 {
     struct llama_model_params mp = llama_model_default_params();
+    mp.load_mtp = mtp; /* so that the MTP block's names and shapes are checked too */
     struct llama_model *m = llama_model_load_from_file(path, mp);
     ok(m != NULL, "%s: llama.cpp loads it", path);
     if (!m)
         return -1;
+    ok(llama_model_n_layer_nextn(m) == (mtp ? 1 : 0), "%s: MTP layers %d", path, llama_model_n_layer_nextn(m));
+    if (mtp) {
+        /* an MTP context reserves the MTP graph, which builds it over the block's tensors */
+        struct llama_context_params cp = llama_context_default_params();
+        cp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+        cp.n_ctx = 256;
+        cp.n_batch = cp.n_ubatch = 64;
+        cp.n_threads = cp.n_threads_batch = 2;
+        struct llama_context *mc = llama_init_from_model(m, cp);
+        ok(mc != NULL, "%s: llama.cpp builds an MTP context", path);
+        if (mc)
+            llama_free(mc);
+    }
     ok(llama_model_n_layer(m) == n_layer, "%s: n_layer %d (llama.cpp %d)", path, n_layer,
        llama_model_n_layer(m));
     ok(llama_model_n_embd(m) == n_embd, "%s: n_embd %d (llama.cpp %d)", path, n_embd, llama_model_n_embd(m));
     const struct llama_vocab *voc = llama_model_get_vocab(m);
     ok(llama_vocab_n_tokens(voc) == n_vocab, "%s: n_vocab %d (llama.cpp %d)", path, n_vocab,
        llama_vocab_n_tokens(voc));
+
+    /* the think/tool tokens are USER_DEFINED: whole tokens even without parse_special */
+    static const char *const sp[] = {"<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>",
+                                     "</tool_response>"};
+    for (int k = 0; k < 6; k++) {
+        llama_token tk[8];
+        int n = llama_tokenize(voc, sp[k], (int32_t)strlen(sp[k]), tk, 8, false, false);
+        ok(n == 1 && tk[0] > 151642, "%s: llama.cpp tokenizes %s as one added token (n %d, id %d)", path, sp[k], n,
+           n > 0 ? tk[0] : -1);
+    }
 
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 256;
@@ -118,7 +143,7 @@ int main(void)
                 int rc = system(cmd);
                 ok(rc == 0, "%s", cmd);
                 if (rc == 0)
-                    run_model(path, 4, 256, 151936);
+                    run_model(path, 4, 256, 151936, mtp);
                 remove(path);
             }
     return done();

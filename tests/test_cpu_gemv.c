@@ -1,0 +1,345 @@
+/* test_cpu_gemv.c — the CPU dot products, matmuls and thread pool.
+ *
+ * For every weight type: vec_dot against a double-precision dot of the
+ * dequantised weights with the dequantised activations (the integer work is
+ * exact, so only f32 rounding may differ), the AVX2 kernels against the
+ * scalar ones (bit-identical), matmul batch vs token by token and over
+ * 1/2/3 threads (bit-identical), the MoE matmul against direct dot products,
+ * and the pool's handshake under back-to-back and sleeping regions. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/pool.h"
+#include "cpu/cpu_gemv.h"
+#include "gguf/quant.h"
+#include "test.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static double urand(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 9007199254740992.0;
+}
+static float grand(void)
+{
+    double u = urand() + 1e-300, v = urand();
+    return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
+}
+
+/* Gaussian values whose scale changes every 32 elements, with a few outliers:
+ * exercises different block scales and the full range of quant levels. */
+static void fill(float *x, int64_t n)
+{
+    float s = 1;
+    for (int64_t i = 0; i < n; i++) {
+        if (i % 32 == 0)
+            s = (float)exp(3 * (urand() - 0.5));
+        x[i] = s * grand() * (urand() < 0.01 ? 8.0f : 1.0f);
+    }
+}
+
+static const enum cw_qtype types[] = {
+    CW_TYPE_F32,  CW_TYPE_F16,  CW_TYPE_BF16,   CW_TYPE_Q8_0,  CW_TYPE_Q4_0,  CW_TYPE_Q4_1,
+    CW_TYPE_Q5_0, CW_TYPE_Q5_1, CW_TYPE_IQ4_NL, CW_TYPE_MXFP4, CW_TYPE_NVFP4, CW_TYPE_Q2_K,
+    CW_TYPE_Q3_K, CW_TYPE_Q4_K, CW_TYPE_Q5_K,   CW_TYPE_Q6_K,  CW_TYPE_IQ4_XS,
+};
+#define N_TYPES (int)(sizeof(types) / sizeof(types[0]))
+
+/* Dequantises an activation row (Q8_1 has no traits dequantiser). */
+static void dequant_act(enum cw_qtype wtype, const void *xq, float *out, int64_t n)
+{
+    int at = cw_cpu_vec_dot_type(wtype);
+    if (at == CW_TYPE_Q8_1) {
+        const struct cw_block_q8_1 *b = xq;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = cw_f16_to_f32(b[i / 32].d) * b[i / 32].qs[i % 32];
+        return;
+    }
+    cw_qtype_traits((uint32_t)at)->dequant_row(xq, out, n);
+}
+
+static void quant_weights(enum cw_qtype t, const float *src, void *dst, int64_t rows, int64_t n)
+{
+    size_t rb = cw_qtype_row_bytes(t, n);
+    for (int64_t r = 0; r < rows; r++)
+        cw_qtype_traits(t)->quant_row(src + r * n, (char *)dst + r * rb, n);
+}
+
+/* n per type: a few blocks, odd counts; float rows get an unaligned tail. */
+static int64_t size_for(enum cw_qtype t, int which)
+{
+    int64_t be = cw_qtype_traits(t)->block_elems;
+    if (be == 1)
+        return which ? 1000 : 37;
+    if (be == 256)
+        return which ? 256 * 3 : 256;
+    return be * (which ? 23 : 3);
+}
+
+static void test_vec_dot(enum cw_qtype t)
+{
+    const char *name = cw_qtype_name(t);
+    enum cw_cpu_isa best = cw_cpu_isa_best();
+    double worst = 0;
+    int bit_same = 1, n_checked = 0;
+    for (int which = 0; which < 2; which++) {
+        int64_t n = size_for(t, which);
+        size_t rb = cw_qtype_row_bytes(t, n), ab = cw_cpu_act_bytes(t, n);
+        ok(rb > 0 && ab > 0, "%s: row/act bytes for n=%lld", name, (long long)n);
+        float *w = malloc(n * sizeof(float)), *x = malloc(n * sizeof(float));
+        float *wd = malloc(n * sizeof(float)), *xd = malloc(n * sizeof(float));
+        void *wq = malloc(rb), *xq = malloc(ab);
+        for (int rep = 0; rep < 20; rep++) {
+            fill(w, n);
+            fill(x, n);
+            quant_weights(t, w, wq, 1, n);
+            cw_qtype_traits(t)->dequant_row(wq, wd, n);
+            cw_cpu_quantize_act(t, x, xq, n);
+            dequant_act(t, xq, xd, n);
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < n; i++) {
+                ref += (double)wd[i] * xd[i];
+                mag += fabs((double)wd[i] * xd[i]);
+            }
+            if (cw_cpu_vec_dot_type(t) == CW_TYPE_Q8_1) {
+                /* the min term uses the stored s = f16(d·Σq), not Σ of the
+                 * dequantised activations: the format's own rounding */
+                const struct cw_block_q8_1 *xb = xq;
+                size_t bb = cw_qtype_traits(t)->block_bytes;
+                for (int64_t b = 0; b < n / 32; b++) {
+                    cw_f16 mh;
+                    memcpy(&mh, (const char *)wq + b * bb + 2, 2); /* d, m first */
+                    double sx = 0;
+                    for (int j = 0; j < 32; j++)
+                        sx += xd[32 * b + j];
+                    ref += cw_f16_to_f32(mh) * (cw_f16_to_f32(xb[b].s) - sx);
+                }
+            }
+            float got = cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR)(n, wq, xq);
+            float fast = cw_cpu_vec_dot_fn(t, best)(n, wq, xq);
+            double rel = mag > 0 ? fabs(got - ref) / mag : fabs(got - ref);
+            if (rel > worst)
+                worst = rel;
+            if (memcmp(&got, &fast, sizeof(float)) != 0)
+                bit_same = 0;
+            n_checked++;
+        }
+        free(w), free(x), free(wd), free(xd), free(wq), free(xq);
+    }
+    /* 1e-6 of Σ|w·x|: a few f32 roundings per block, nothing more. */
+    ok(worst < 1e-6, "%s: vec_dot vs double dot of dequantised rows: max rel err %.3g", name,
+       worst);
+    ok(bit_same, "%s: %s kernel bit-identical to scalar over %d dots", name,
+       best == CW_CPU_AVX2 ? "AVX2" : "scalar", n_checked);
+    note("%-7s act=%-5s max rel err %.2e, simd==scalar %s%s", name,
+         cw_qtype_name((uint32_t)cw_cpu_vec_dot_type(t)), worst, bit_same ? "yes" : "NO",
+         cw_cpu_vec_dot_fn(t, best) != cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR) ? " (own SIMD kernel)"
+                                                                           : " (scalar only)");
+}
+
+/* Blocks of random bytes (every bit pattern of quants and 6-bit scales),
+ * with only the float scale fields set to sane values: the AVX2 kernels must
+ * still equal the scalar ones bit for bit. */
+static void test_random_blocks(void)
+{
+    static const struct {
+        enum cw_qtype t;
+        int off[2]; /* f16 scale offsets in the block; -1 none */
+    } cases[] = {
+        {CW_TYPE_Q8_0, {0, -1}},  {CW_TYPE_Q4_0, {0, -1}}, {CW_TYPE_IQ4_NL, {0, -1}},
+        {CW_TYPE_MXFP4, {-1, -1}}, {CW_TYPE_Q4_K, {0, 2}},  {CW_TYPE_Q5_K, {0, 2}},
+        {CW_TYPE_Q6_K, {208, -1}}, {CW_TYPE_IQ4_XS, {0, -1}},
+    };
+    enum cw_cpu_isa best = cw_cpu_isa_best();
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        enum cw_qtype t = cases[c].t;
+        const struct cw_qtype_traits *tr = cw_qtype_traits(t);
+        int64_t n = 1024, nb = n / tr->block_elems;
+        size_t rb = cw_qtype_row_bytes(t, n);
+        uint8_t *wq = malloc(rb);
+        float *x = malloc(n * sizeof(float));
+        void *xq = malloc(cw_cpu_act_bytes(t, n));
+        int same = 1;
+        for (int rep = 0; rep < 200; rep++) {
+            for (size_t i = 0; i < rb; i++)
+                wq[i] = (uint8_t)(urand() * 256);
+            for (int64_t b = 0; b < nb; b++) {
+                uint8_t *blk = wq + b * tr->block_bytes;
+                if (t == CW_TYPE_MXFP4)
+                    blk[0] = (uint8_t)(118 + urand() * 16);
+                for (int k = 0; k < 2; k++)
+                    if (cases[c].off[k] >= 0) {
+                        cw_f16 h = cw_f32_to_f16((float)(urand() - 0.5) * 0.01f);
+                        memcpy(blk + cases[c].off[k], &h, 2);
+                    }
+            }
+            fill(x, n);
+            cw_cpu_quantize_act(t, x, xq, n);
+            float a = cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR)(n, wq, xq);
+            float b = cw_cpu_vec_dot_fn(t, best)(n, wq, xq);
+            same &= !memcmp(&a, &b, sizeof a) && isfinite(a);
+        }
+        ok(same, "%s: random blocks: SIMD == scalar bit for bit", cw_qtype_name(t));
+        if (best == CW_CPU_AVX2)
+            ok(cw_cpu_vec_dot_fn(t, best) != cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR),
+               "%s has its own AVX2 kernel", cw_qtype_name(t));
+        free(wq), free(x), free(xq);
+    }
+}
+
+static void test_matmul(enum cw_qtype t, struct cw_pool pools[3])
+{
+    const char *name = cw_qtype_name(t);
+    int64_t n_in = size_for(t, 0) * 2, n_out = 37, n_tok = 5;
+    size_t rb = cw_qtype_row_bytes(t, n_in);
+    float *w = malloc(n_in * n_out * sizeof(float)), *x = malloc(n_in * n_tok * sizeof(float));
+    char *wq = malloc(rb * n_out);
+    fill(w, n_in * n_out);
+    fill(x, n_in * n_tok);
+    quant_weights(t, w, wq, n_out, n_in);
+    void *scratch = malloc(cw_cpu_matmul_scratch(t, n_in, n_tok));
+    float *y[3], *y1 = malloc(n_out * n_tok * sizeof(float));
+    for (int p = 0; p < 3; p++) {
+        y[p] = malloc(n_out * n_tok * sizeof(float));
+        cw_cpu_matmul(&pools[p], t, wq, n_in, n_out, x, n_tok, y[p], scratch);
+    }
+    for (int64_t tk = 0; tk < n_tok; tk++)
+        cw_cpu_matmul(&pools[1], t, wq, n_in, n_out, x + tk * n_in, 1, y1 + tk * n_out, scratch);
+    size_t bytes = n_out * n_tok * sizeof(float);
+    ok(!memcmp(y[0], y[1], bytes) && !memcmp(y[0], y[2], bytes),
+       "%s: matmul bit-identical over 1/2/3 threads", name);
+    ok(!memcmp(y[0], y1, bytes), "%s: matmul batch == token by token", name);
+    /* and each element is the vec_dot of its row */
+    void *xq = malloc(cw_cpu_act_bytes(t, n_in));
+    int same = 1;
+    for (int64_t tk = 0; tk < n_tok; tk++) {
+        cw_cpu_quantize_act(t, x + tk * n_in, xq, n_in);
+        for (int64_t o = 0; o < n_out; o++) {
+            float d = cw_cpu_vec_dot(t, n_in, wq + o * rb, xq);
+            same &= !memcmp(&d, &y[0][tk * n_out + o], sizeof(float));
+        }
+    }
+    ok(same, "%s: matmul elements == vec_dot", name);
+    for (int p = 0; p < 3; p++)
+        free(y[p]);
+    free(w), free(x), free(wq), free(scratch), free(y1), free(xq);
+}
+
+static void test_matmul_id(enum cw_qtype t, struct cw_pool *pool)
+{
+    const char *name = cw_qtype_name(t);
+    int64_t n_in = size_for(t, 0), n_out = 19, n_exp = 5, n_used = 3, n_tok = 4;
+    size_t rb = cw_qtype_row_bytes(t, n_in), stride = rb * n_out;
+    float *w = malloc(n_in * n_out * n_exp * sizeof(float));
+    char *wq = malloc(stride * n_exp);
+    fill(w, n_in * n_out * n_exp);
+    quant_weights(t, w, wq, n_out * n_exp, n_in);
+    int32_t ids[12] = {2, 0, 4, 4, 1, 2, 0, 2, -1, 3, 2, 1};
+    float *x = malloc(n_in * n_tok * n_used * sizeof(float));
+    fill(x, n_in * n_tok * n_used);
+    float *y = malloc(n_out * n_tok * n_used * sizeof(float));
+    void *scratch = malloc(cw_cpu_matmul_id_scratch(t, n_in, n_tok * n_used, n_tok * n_used));
+    void *xq = malloc(cw_cpu_act_bytes(t, n_in));
+    for (int per_slot = 0; per_slot < 2; per_slot++) {
+        for (int64_t i = 0; i < n_out * n_tok * n_used; i++)
+            y[i] = -12345.0f;
+        cw_cpu_matmul_id(pool, t, wq, stride, n_in, n_out, x, per_slot, ids, n_used, n_tok, y,
+                         scratch);
+        int same = 1;
+        for (int64_t p = 0; p < n_tok * n_used; p++) {
+            const float *xr = x + (per_slot ? p : p / n_used) * n_in;
+            cw_cpu_quantize_act(t, xr, xq, n_in);
+            for (int64_t o = 0; o < n_out; o++) {
+                float want = ids[p] < 0 ? -12345.0f
+                                        : cw_cpu_vec_dot(t, n_in, wq + ids[p] * stride + o * rb, xq);
+                same &= !memcmp(&want, &y[p * n_out + o], sizeof(float));
+            }
+        }
+        ok(same, "%s: matmul_id (x per %s) == direct vec_dot, skipped slot untouched", name,
+           per_slot ? "slot" : "token");
+    }
+    free(w), free(wq), free(x), free(y), free(scratch), free(xq);
+}
+
+/* ---- pool --------------------------------------------------------------- */
+
+struct pool_ctx {
+    _Atomic int64_t sum;
+    _Atomic int calls[8];
+};
+
+static void pool_fn(void *p, int ith, int nth)
+{
+    struct pool_ctx *c = p;
+    atomic_fetch_add(&c->calls[ith], 1);
+    atomic_fetch_add(&c->sum, (int64_t)(ith + 1) * 1000 + nth);
+}
+
+static void test_pool(void)
+{
+    for (int nt = 1; nt <= 4; nt++) {
+        struct cw_pool pool;
+        struct cw_err err = {0};
+        ok(cw_pool_init(&pool, nt, &err) == 0, "pool init %d: %s", nt, err.msg);
+        struct pool_ctx c = {0};
+        int iters = nt <= 2 ? 20000 : 2000;
+        for (int i = 0; i < iters; i++)
+            cw_pool_run(&pool, pool_fn, &c);
+        /* a few regions after the workers have gone to sleep (futex path) */
+        for (int i = 0; i < 3; i++) {
+            struct timespec ts = {0, 5 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            cw_pool_run(&pool, pool_fn, &c);
+        }
+        iters += 3;
+        int calls_ok = 1;
+        int64_t want = 0;
+        for (int i = 0; i < nt; i++) {
+            calls_ok &= atomic_load(&c.calls[i]) == iters;
+            want += (int64_t)iters * ((i + 1) * 1000 + nt);
+        }
+        ok(calls_ok && atomic_load(&c.sum) == want,
+           "pool %d threads: every ith ran exactly once per region", nt);
+        cw_pool_free(&pool);
+        cw_pool_free(&pool); /* twice is harmless */
+    }
+    struct cw_pool bad;
+    struct cw_err err = {0};
+    ok(cw_pool_init(&bad, 0, &err) == -1 && err.code == CW_ERR_INVALID, "pool: 0 threads refused");
+}
+
+int main(void)
+{
+    note("ISA: %s", cw_cpu_isa_best() == CW_CPU_AVX2 ? "AVX2" : "scalar");
+    test_pool();
+    struct cw_pool pools[3];
+    for (int p = 0; p < 3; p++) {
+        struct cw_err err = {0};
+        ok(cw_pool_init(&pools[p], p + 1, &err) == 0, "pool %d: %s", p + 1, err.msg);
+    }
+    test_random_blocks();
+    for (int i = 0; i < N_TYPES; i++) {
+        ok(cw_cpu_supports(types[i]), "%s supported", cw_qtype_name(types[i]));
+        test_vec_dot(types[i]);
+        test_matmul(types[i], pools);
+        test_matmul_id(types[i], &pools[1]);
+    }
+    ok(!cw_cpu_supports(CW_TYPE_IQ2_XXS) && cw_cpu_act_bytes(CW_TYPE_IQ2_XXS, 256) == 0 &&
+           cw_cpu_vec_dot_fn(CW_TYPE_IQ2_XXS, CW_CPU_SCALAR) == NULL,
+       "unsupported type reported as such");
+    ok(cw_cpu_act_bytes(CW_TYPE_Q4_K, 100) == 0, "act_bytes rejects a partial block");
+    ok(cw_cpu_vec_dot_type(CW_TYPE_Q4_K) == CW_TYPE_Q8_K && cw_cpu_vec_dot_type(CW_TYPE_Q4_1) == CW_TYPE_Q8_1 &&
+           cw_cpu_vec_dot_type(CW_TYPE_MXFP4) == CW_TYPE_Q8_0 &&
+           cw_cpu_vec_dot_type(CW_TYPE_BF16) == CW_TYPE_BF16,
+       "type pairing");
+    for (int p = 0; p < 3; p++)
+        cw_pool_free(&pools[p]);
+    return done();
+}
