@@ -55,13 +55,12 @@ int cw_cmd_serve(int argc, char **argv)
     const char *model = NULL, *host = "127.0.0.1", *key = getenv("CWEN_API_KEY");
     long port = 8080, threads = 0, ctx = 0, queue = 16;
     enum cw_log level = CW_LOG_INFO;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         }
-        bool takes = true;
         if (!strcmp(a, "-m") || !strcmp(a, "--model"))
             model = v;
         else if (!strcmp(a, "--host"))
@@ -96,11 +95,10 @@ int cw_cmd_serve(int argc, char **argv)
             usage(stderr);
             return 2;
         }
-        if (takes && !v) {
+        if (!v) {
             fprintf(stderr, "cwen serve: %s needs a value\n", a);
             return 2;
         }
-        i++;
     }
     if (!model) {
         usage(stderr);
