@@ -76,7 +76,7 @@ void srv_log(struct cw_server *s, enum cw_log level, const char *fmt, ...)
 
 /* ---- jobs ---------------------------------------------------------------- */
 
-static void job_release(struct srv_job *j)
+void srv_job_release(struct srv_job *j)
 {
     pthread_mutex_lock(&j->mu);
     int left = --j->refs;
@@ -104,7 +104,7 @@ static void job_release(struct srv_job *j)
     free(j);
 }
 
-static struct srv_job *job_new(struct cw_server *s, enum srv_dialect d, json_t *req)
+struct srv_job *srv_job_new(struct cw_server *s, enum srv_dialect d, json_t *req)
 {
     struct srv_job *j = calloc(1, sizeof *j);
     if (!j)
@@ -200,7 +200,7 @@ static void run_job(struct cw_server *s, struct srv_job *j)
     j->done = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    job_release(j);
+    srv_job_release(j);
 }
 
 static void *worker_main(void *arg)
@@ -272,7 +272,7 @@ static void stream_free(void *cls)
     if (!j->done)
         j->gone = true; /* the client left mid-stream: the worker cancels */
     pthread_mutex_unlock(&j->mu);
-    job_release(j);
+    srv_job_release(j);
 }
 
 /* Queues j, then answers: waits for a JSON reply, or streams. */
@@ -299,7 +299,7 @@ static enum MHD_Result submit(struct cw_server *s, struct MHD_Connection *c, str
     if (e.status) {
         srv_log(s, CW_LOG_WARN, "%s: %d %s", j->route, e.status, e.msg);
         enum srv_dialect d = j->dialect;
-        job_release(j);
+        srv_job_release(j);
         return send_err(c, d, &e);
     }
     if (j->stream) {
@@ -318,7 +318,7 @@ static enum MHD_Result submit(struct cw_server *s, struct MHD_Connection *c, str
     json_t *reply = j->reply;
     j->reply = NULL;
     int status = j->status;
-    job_release(j);
+    srv_job_release(j);
     return send_json(c, status, reply);
 }
 
@@ -416,7 +416,7 @@ static enum MHD_Result handle(struct cw_server *s, struct MHD_Connection *c, str
         json_decref(req);
         return r ? send_json(c, 200, r) : send_err(c, d, &e);
     }
-    struct srv_job *j = job_new(s, d, req);
+    struct srv_job *j = srv_job_new(s, d, req);
     if (!j) {
         json_decref(req);
         srv_errf(&e, 500, "", "out of memory");
@@ -426,7 +426,7 @@ static enum MHD_Result handle(struct cw_server *s, struct MHD_Connection *c, str
     if (rt->parse(j, &e) < 0) {
         srv_log(s, CW_LOG_INFO, "%s: %d %s%s%s", j->route, e.status, e.msg,
                 e.param[0] ? " param=" : "", e.param);
-        job_release(j);
+        srv_job_release(j);
         return send_err(c, d, &e);
     }
     return submit(s, c, j);

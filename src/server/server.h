@@ -72,6 +72,10 @@ struct srv_job {
 
 /* ---- shared helpers (http.c, sse.c) -------------------------------------- */
 
+/* A job for req (stolen), one reference; the last release frees it. */
+struct srv_job *srv_job_new(struct cw_server *s, enum srv_dialect d, json_t *req);
+void srv_job_release(struct srv_job *j);
+
 const cwen *srv_engine(const struct cw_server *s);
 void srv_log(struct cw_server *s, enum cw_log level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
