@@ -161,9 +161,12 @@ struct cw_server_opts {
 };
 
 /* Starts listening and the worker; the engine is borrowed (and used by
- * the worker only, besides read-only calls). */
+ * the worker only, besides read-only calls). e may be NULL: until
+ * cw_server_set_engine, /health says "loading" (503) and every other route
+ * answers 503 (529 for Anthropic). */
 int cw_server_start(struct cw_server **out, cwen *e, const struct cw_server_opts *o,
                     struct cw_err *err);
+void cw_server_set_engine(struct cw_server *s, cwen *e);
 int cw_server_port(const struct cw_server *s);
 /* Stops accepting, ends queued and running jobs with an error, waits for
  * every connection, frees. */

@@ -118,25 +118,29 @@ int cw_cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* listen first, so that /health can say "loading" while the model maps */
     struct cw_err err = {0};
+    struct cw_server_opts so = {.host = host, .port = (int)port, .api_key = key,
+                                .queue = (int)queue, .log_level = level};
+    struct cw_server *s = NULL;
+    if (cw_server_start(&s, NULL, &so, &err) < 0) {
+        fprintf(stderr, "cwen serve: %s\n", err.msg);
+        return 1;
+    }
+    fprintf(stderr, "cwen serve: listening on http://%s:%d%s; loading %s\n", host,
+            cw_server_port(s), key ? " (API key required)" : "", model);
+    fflush(stderr);
     cwen *e = NULL;
     struct cwen_opts eo = {.path = model, .n_threads = (int)threads, .n_ctx = ctx};
     if (cwen_open(&e, &eo, &err) < 0) {
         fprintf(stderr, "cwen serve: %s\n", err.msg);
+        cw_server_stop(s);
         return 1;
     }
     const struct cwen_info *in = cwen_get_info(e);
-    struct cw_server_opts so = {.host = host, .port = (int)port, .api_key = key,
-                                .queue = (int)queue, .log_level = level};
-    struct cw_server *s = NULL;
-    if (cw_server_start(&s, e, &so, &err) < 0) {
-        fprintf(stderr, "cwen serve: %s\n", err.msg);
-        cwen_close(e);
-        return 1;
-    }
-    fprintf(stderr, "cwen serve: %s (%s, %s) ctx %lld, %d threads, listening on http://%s:%d%s\n",
-            in->model_name, in->file_name, in->arch, (long long)in->n_ctx, in->n_threads, host,
-            cw_server_port(s), key ? " (API key required)" : "");
+    cw_server_set_engine(s, e);
+    fprintf(stderr, "cwen serve: ready: %s (%s, %s), context %lld, %d threads\n", in->model_name,
+            in->file_name, in->arch, (long long)in->n_ctx, in->n_threads);
     fflush(stderr);
     int sig = 0;
     sigwait(&sigs, &sig);

@@ -29,7 +29,7 @@
 #define BODY_CAP (100u << 20) /* 100 MB */
 
 struct cw_server {
-    cwen *e;
+    cwen *_Atomic e; /* NULL while the model loads */
     struct cw_server_opts o;
     char *api_key;
     struct MHD_Daemon *d;
@@ -374,10 +374,16 @@ static enum MHD_Result handle(struct cw_server *s, struct MHD_Connection *c, str
     struct srv_err e = {0};
     enum srv_dialect d = cn->dialect;
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    srv_log(s, CW_LOG_DEBUG, "%s %s (%zu bytes)", method, url, cn->n);
     if (get && !strcmp(url, "/health"))
-        return send_json(c, 200, native_health(s));
+        return s->e ? send_json(c, 200, native_health(s))
+                    : send_json(c, 503, json_pack("{s:s}", "status", "loading"));
     if (!authorized(s, c)) {
         srv_errf(&e, 401, "", "invalid or missing API key (Authorization: Bearer, or x-api-key)");
+        return send_err(c, d, &e);
+    }
+    if (!s->e) {
+        srv_errf(&e, d == SRV_ANTHROPIC ? 529 : 503, "", "the model is still loading");
         return send_err(c, d, &e);
     }
     if (cn->too_big) {
@@ -554,6 +560,8 @@ fail:
 }
 
 int cw_server_port(const struct cw_server *s) { return s->port; }
+
+void cw_server_set_engine(struct cw_server *s, cwen *e) { s->e = e; }
 
 void cw_server_stop(struct cw_server *s)
 {

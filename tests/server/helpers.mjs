@@ -31,7 +31,7 @@ export async function startServer(args = []) {
     proc.stderr.on('data', (d) => {
       log += d;
       const m = /listening on http:\/\/[^:]+:(\d+)/.exec(log);
-      if (m) { clearTimeout(timer); resolve(Number(m[1])); }
+      if (m && /cwen serve: ready: /.test(log)) { clearTimeout(timer); resolve(Number(m[1])); }
     });
     proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited ${code}:\n${log}`)); });
   });
