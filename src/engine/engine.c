@@ -3,10 +3,9 @@
  * Owns opening a GGUF into a ready engine (hparams, bound weights, the CPU
  * forward with its thread pool, the tokenizer, the recognised chat template,
  * the model's names) and the generation loop: prefill the prompt, then
- * sample → detokenize (UTF-8 whole) → stop-string filter (holds back any
- * tail that could begin a stop string, so none is ever emitted) → the chat
- * output parser (reasoning / answer / tool calls, model/chat_output.h) →
- * events to the caller, which may cancel after any of them. Usage and
+ * sample → detokenize (UTF-8 whole, invalid bytes as U+FFFD) → the text
+ * pipeline of outstream.h (stop strings, reasoning / answer / tool calls)
+ * → events to the caller, which may cancel after any of them. Usage and
  * timings are counted here. There is no prefix cache yet: every request
  * starts from an empty sequence (n_cached = 0). The batching scheduler will
  * replace the single sequence; cwen.h stays. */
@@ -19,7 +18,7 @@
 #include "cpu/cpu_forward.h"
 #include "cwen.h"
 #include "gguf/gguf.h"
-#include "model/chat_output.h"
+#include "engine/outstream.h"
 #include "model/chat_template.h"
 #include "model/qwen35.h"
 #include "model/qwen35_weights.h"
@@ -210,45 +209,6 @@ int cwen_render_chat(const cwen *e, const char *conv_json, size_t len, char **pr
     return rc;
 }
 
-/* Length of the valid UTF-8 sequence at s[0..n), or 0. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (!len || len > n || (len == 2 && c < 0xC2))
-        return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    if (len == 3) {
-        unsigned cp = (c & 15) << 12 | (s[1] & 63u) << 6 | (s[2] & 63u);
-        if (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-    } else if (len == 4) {
-        unsigned cp = (c & 7) << 18 | (s[1] & 63u) << 12 | (s[2] & 63u) << 6 | (s[3] & 63u);
-        if (cp < 0x10000 || cp > 0x10FFFF)
-            return 0;
-    }
-    return len;
-}
-
-size_t cwen_utf8_lossy(const char *s, size_t n, char *out)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t l = utf8_seq(u + i, n - i);
-        if (l) {
-            memcpy(out + o, s + i, l);
-            o += l, i += l;
-        } else {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3, i++;
-        }
-    }
-    return o;
-}
-
 const char *cwen_finish_name(enum cwen_finish f)
 {
     switch (f) {
@@ -258,165 +218,6 @@ const char *cwen_finish_name(enum cwen_finish f)
     case CWEN_FINISH_CANCELLED: return "cancelled";
     }
     return "stop";
-}
-
-/* ---- generation ---------------------------------------------------------
- * Text flows: token → detok (whole UTF-8) → stop filter (pending) → parser →
- * events. A tool call's events are held until the call completes, because
- * the parser may withdraw a malformed call (TOOL_ABORT) and a stream cannot
- * take back what it sent; its argument deltas then go out one per parameter. */
-
-struct gen {
-    cwen *e;
-    const struct cwen_gen_params *p;
-    cwen_event_fn fn;
-    void *ctx;
-    bool cancelled;
-    bool stop_now;      /* one_tool_call satisfied */
-    int n_tools;        /* completed calls */
-    struct cw_chat_parser parser;
-    bool has_parser;
-    char *pending;      /* released by nothing yet (stop-string hold-back) */
-    size_t n_pending, cap_pending;
-    size_t max_stop;
-    /* the call being held */
-    char *tname;
-    char *targs;        /* concatenated deltas */
-    size_t n_targs, cap_targs;
-    size_t *tdelta;     /* end offset of each delta */
-    size_t n_tdelta, cap_tdelta;
-};
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q)
-        return -1;
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
-static int emit(struct gen *g, enum cwen_ev_type type, const char *s, size_t n, int tool)
-{
-    if (g->cancelled)
-        return 1;
-    struct cwen_event ev = {.type = type, .text = s, .len = n, .tool_index = tool};
-    if (g->fn(g->ctx, &ev))
-        g->cancelled = true;
-    return g->cancelled;
-}
-
-static int on_chat(void *user, const struct cw_chat_event *ev)
-{
-    struct gen *g = user;
-    switch (ev->type) {
-    case CW_CHAT_EV_REASONING:
-        return emit(g, CWEN_EV_REASONING, ev->text, ev->len, 0);
-    case CW_CHAT_EV_CONTENT:
-        return emit(g, CWEN_EV_TEXT, ev->text, ev->len, 0);
-    case CW_CHAT_EV_TOOL_START:
-        free(g->tname);
-        g->tname = xstrndup(ev->text, ev->len);
-        g->n_targs = g->n_tdelta = 0;
-        return g->tname ? 0 : -1;
-    case CW_CHAT_EV_TOOL_ARGS:
-        if (grow((void **)&g->targs, &g->cap_targs, g->n_targs + ev->len, 1) < 0 ||
-            grow((void **)&g->tdelta, &g->cap_tdelta, g->n_tdelta + 1, sizeof(size_t)) < 0)
-            return -1;
-        memcpy(g->targs + g->n_targs, ev->text, ev->len);
-        g->n_targs += ev->len;
-        g->tdelta[g->n_tdelta++] = g->n_targs;
-        return 0;
-    case CW_CHAT_EV_TOOL_END: {
-        int idx = g->n_tools++;
-        if (emit(g, CWEN_EV_TOOL_BEGIN, g->tname, strlen(g->tname), idx))
-            return 1;
-        size_t off = 0;
-        for (size_t i = 0; i < g->n_tdelta; i++) {
-            if (emit(g, CWEN_EV_TOOL_ARGS, g->targs + off, g->tdelta[i] - off, idx))
-                return 1;
-            off = g->tdelta[i];
-        }
-        /* the deltas concatenate to the whole object; an empty one has none */
-        if (off == 0 && emit(g, CWEN_EV_TOOL_ARGS, ev->text, ev->len, idx))
-            return 1;
-        if (emit(g, CWEN_EV_TOOL_END, ev->text, ev->len, idx))
-            return 1;
-        if (g->p->one_tool_call)
-            g->stop_now = true;
-        return 0;
-    }
-    case CW_CHAT_EV_TOOL_ABORT:
-        g->n_targs = g->n_tdelta = 0;
-        return 0;
-    }
-    return 0;
-}
-
-/* Passes released text on: to the parser in chat mode, else as answer text. */
-static int release(struct gen *g, const char *s, size_t n, struct cw_err *err)
-{
-    if (!n || g->stop_now)
-        return 0;
-    if (!g->has_parser)
-        return emit(g, CWEN_EV_TEXT, s, n, 0) ? 1 : 0;
-    if (cw_chat_parser_feed(&g->parser, s, n, err) < 0)
-        return g->cancelled ? 1 : -1;
-    return g->cancelled ? 1 : 0;
-}
-
-/* Longest suffix of s[0..n) that is a proper prefix of some stop string. */
-static size_t stop_hold(const struct gen *g, const char *s, size_t n)
-{
-    size_t best = 0;
-    for (size_t i = 0; i < g->p->n_stop; i++) {
-        const char *z = g->p->stop[i];
-        size_t zl = strlen(z);
-        for (size_t k = zl - 1 < n ? zl - 1 : n; k > best; k--)
-            if (!memcmp(s + n - k, z, k)) {
-                best = k;
-                break;
-            }
-    }
-    return best;
-}
-
-/* Appends a token's text; releases what can no longer be part of a stop
- * string. Returns 0, 1 (cancelled), 2 (a stop string matched), -1. */
-static int push_text(struct gen *g, const char *s, size_t n, const char **stop_hit,
-                     struct cw_err *err)
-{
-    if (!g->p->n_stop)
-        return release(g, s, n, err);
-    if (grow((void **)&g->pending, &g->cap_pending, g->n_pending + n, 1) < 0)
-        return cw_errf(err, CW_ERR_NOMEM, "generate: out of memory");
-    memcpy(g->pending + g->n_pending, s, n);
-    g->n_pending += n;
-    size_t first = SIZE_MAX;
-    for (size_t i = 0; i < g->p->n_stop; i++) {
-        const char *z = g->p->stop[i];
-        const char *hit = memmem(g->pending, g->n_pending, z, strlen(z));
-        if (hit && (size_t)(hit - g->pending) < first) {
-            first = (size_t)(hit - g->pending);
-            *stop_hit = z;
-        }
-    }
-    if (first != SIZE_MAX) {
-        int rc = release(g, g->pending, first, err);
-        g->n_pending = 0;
-        return rc ? rc : 2;
-    }
-    size_t keep = stop_hold(g, g->pending, g->n_pending);
-    int rc = release(g, g->pending, g->n_pending - keep, err);
-    memmove(g->pending, g->pending + g->n_pending - keep, keep);
-    g->n_pending = keep;
-    return rc;
 }
 
 /* Log-probabilities of the raw model distribution: the chosen token's and
@@ -486,12 +287,11 @@ int cwen_generate(cwen *e, const struct cwen_gen_params *p, cwen_event_fn fn, vo
     struct cw_sampler smp;
     if (cw_sampler_init(&smp, &p->sampling, e->info.n_vocab, err) < 0)
         return -1;
-    struct gen g = {.e = e, .p = p, .fn = fn, .ctx = ctx};
+    struct cw_outstream g;
     int rc = -1;
-    if (p->mode == CWEN_OUT_CHAT) {
-        if (cw_chat_parser_init(&g.parser, p->in_reasoning, p->tools_json, on_chat, &g, err) < 0)
-            goto done;
-        g.has_parser = true;
+    if (cw_outstream_init(&g, p, fn, ctx, err) < 0) {
+        cw_sampler_free(&smp);
+        return -1;
     }
     for (size_t i = 0; i < p->n_prompt; i++)
         cw_sampler_accept(&smp, p->prompt[i]);
@@ -546,35 +346,24 @@ int cwen_generate(cwen *e, const struct cwen_gen_params *p, cwen_event_fn fn, vo
             if (strstr(tail, "</think>"))
                 reasoning = false;
         }
-        const char *hit = NULL;
         n = (int)cwen_utf8_lossy(piece, (size_t)n, clean);
-        int r = push_text(&g, clean, (size_t)n, &hit, err);
+        int r = cw_outstream_push(&g, clean, (size_t)n, err);
         if (r < 0)
             goto done;
-        if (r == 2) {
-            u->finish = CWEN_FINISH_STOP;
-            u->stop_string = hit;
-            break;
-        }
-        if (r == 1 || g.cancelled)
-            break;
-        if (g.stop_now) {
-            u->finish = CWEN_FINISH_STOP;
+        if (r) {
+            u->finish = CWEN_FINISH_STOP; /* a stop string, the tool-call limit, or cancelled */
+            u->stop_string = g.stop_string;
             break;
         }
         if (n_gen + 1 < p->max_tokens && forward(e, &tok, 1, err) < 0)
             goto done;
     }
     /* flush: held UTF-8 bytes, held stop-string prefixes, the parser */
-    if (!g.cancelled && !g.stop_now && !u->stop_string) {
-        int n = cw_detok_flush(&dt, piece, sizeof piece);
-        n = n > 0 ? (int)cwen_utf8_lossy(piece, (size_t)n, clean) : 0;
-        if (n > 0 && release(&g, clean, (size_t)n, err) < 0)
-            goto done;
-        if (!g.cancelled && release(&g, g.pending, g.n_pending, err) < 0)
-            goto done;
-    }
-    if (g.has_parser && !g.cancelled && cw_chat_parser_finish(&g.parser, err) < 0 && !g.cancelled)
+    int n = cw_detok_flush(&dt, piece, sizeof piece);
+    n = n > 0 ? (int)cwen_utf8_lossy(piece, (size_t)n, clean) : 0;
+    if (n > 0 && cw_outstream_push(&g, clean, (size_t)n, err) < 0)
+        goto done;
+    if (cw_outstream_finish(&g, err) < 0)
         goto done;
     if (g.cancelled)
         u->finish = CWEN_FINISH_CANCELLED;
@@ -586,12 +375,7 @@ int cwen_generate(cwen *e, const struct cwen_gen_params *p, cwen_event_fn fn, vo
     cw_err_clear(err);
     rc = 0;
 done:
-    if (g.has_parser)
-        cw_chat_parser_free(&g.parser);
-    free(g.pending);
-    free(g.tname);
-    free(g.targs);
-    free(g.tdelta);
+    cw_outstream_free(&g);
     cw_sampler_free(&smp);
     return rc;
 }
