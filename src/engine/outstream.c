@@ -112,6 +112,8 @@ static size_t stop_hold(const struct cw_outstream *g, const char *s, size_t n)
  * string. Returns 0, 1 (cancelled), 2 (a stop string matched), -1. */
 static int push_text(struct cw_outstream *g, const char *s, size_t n, struct cw_err *err)
 {
+    if (!n)
+        return 0;
     if (!g->p->n_stop)
         return release(g, s, n, err);
     if (grow((void **)&g->pending, &g->cap_pending, g->n_pending + n, 1) < 0)
