@@ -362,6 +362,7 @@ struct cmpl_state {
     bool include_usage;
     bool want_logprobs;
     size_t text_off; /* bytes of text before the next token's */
+    size_t lp_sent;  /* log-prob entries already streamed */
 };
 
 static json_t *cmpl_logprobs(struct srv_job *j, json_t *entries, size_t *text_off)
@@ -403,11 +404,9 @@ static int cmpl_event(struct srv_job *j, const struct cwen_event *ev)
     if (c->want_logprobs) {
         /* the tokens since the last text event */
         json_t *all = j->logprobs, *tail = json_array();
-        json_t *sent = json_object_get(j->req, "_lp_sent"); /* never set by a client: ours */
-        size_t from = sent ? (size_t)json_integer_value(sent) : 0;
-        for (size_t i = from; i < json_array_size(all); i++)
+        for (size_t i = c->lp_sent; i < json_array_size(all); i++)
             json_array_append(tail, json_array_get(all, i));
-        json_object_set_new(j->req, "_lp_sent", json_integer((json_int_t)json_array_size(all)));
+        c->lp_sent = json_array_size(all);
         lp = cmpl_logprobs(j, tail, &c->text_off);
         json_decref(tail);
     }
@@ -419,7 +418,15 @@ static void cmpl_done(struct srv_job *j, const struct cwen_usage *u, const struc
 {
     struct cmpl_state *c = j->api;
     if (j->stream) {
-        srv_sse_json(j, NULL, cmpl_obj(j, "", 0, NULL, finish(u)));
+        json_t *lp = NULL; /* tokens whose text never came out (held, or empty) */
+        if (c->want_logprobs && c->lp_sent < json_array_size(j->logprobs)) {
+            json_t *tail = json_array();
+            for (size_t i = c->lp_sent; i < json_array_size(j->logprobs); i++)
+                json_array_append(tail, json_array_get(j->logprobs, i));
+            lp = cmpl_logprobs(j, tail, &c->text_off);
+            json_decref(tail);
+        }
+        srv_sse_json(j, NULL, cmpl_obj(j, "", 0, lp, finish(u)));
         if (c->include_usage)
             srv_sse_json(j, NULL,
                          json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", j->id, "object",
@@ -514,7 +521,8 @@ static json_t *resp_obj(struct srv_job *j, const char *status, json_t *output,
                           "model", j->model, "output", output ? output : json_array(),
                           "parallel_tool_calls", json_boolean(!j->gp.one_tool_call), "tool_choice",
                           "auto");
-    json_object_set_new(o, "tools", json_array());
+    json_t *tools = json_object_get(j->req, "tools");
+    json_object_set_new(o, "tools", json_is_array(tools) ? json_deep_copy(tools) : json_array());
     if (u) {
         json_object_set_new(
             o, "usage",

@@ -161,6 +161,10 @@ test('completions: text, token-id prompts, logprobs, usage chunk', async () => {
   for await (const c of s) { text += c.choices[0]?.text ?? ''; if (c.usage) usage = c.usage; }
   assert.equal(text, a.choices[0].text);
   assert.equal(usage.completion_tokens, 4);
+  const lp = await client.completions.create({ model: '', prompt: 'Once upon a time', max_tokens: 4, temperature: 0, stream: true, logprobs: 1, logit_bias: EOG_BAN });
+  const streamed = [];
+  for await (const c of lp) streamed.push(...(c.choices[0]?.logprobs?.tokens ?? []));
+  assert.deepEqual(streamed, a.choices[0].logprobs.tokens);
 });
 
 test('responses: reasoning item then output, usage; the stream event sequence', async () => {
