@@ -401,7 +401,7 @@ int anthropic_messages(struct srv_job *j, struct srv_err *e)
     struct anth_state *a = calloc(1, sizeof *a);
     j->api = a;
     j->api_free = free;
-    srv_make_id(j->id, sizeof j->id, "msg_");
+    srv_make_id(j->srv, j->id, sizeof j->id, "msg_");
     j->on_event = anth_first;
     j->on_done = anth_done_first;
     if (!json_object_get(r, "max_tokens"))

@@ -81,7 +81,7 @@ int native_generate(struct srv_job *j, struct srv_err *e)
     n->tokens = json_array();
     j->api = n;
     j->api_free = native_free;
-    srv_make_id(j->id, sizeof j->id, "gen-");
+    srv_make_id(j->srv, j->id, sizeof j->id, "gen-");
     j->on_event = native_event;
     j->on_done = native_done;
     j->gp.max_tokens = 16;

@@ -314,7 +314,7 @@ int openai_chat(struct srv_job *j, struct srv_err *e)
     j->api = c;
     j->api_free = chat_state_free;
     c->pending_lp = json_array();
-    srv_make_id(j->id, sizeof j->id, "chatcmpl-");
+    srv_make_id(j->srv, j->id, sizeof j->id, "chatcmpl-");
     j->on_event = chat_event;
     j->on_done = chat_done;
     bool think, drop_tools, parallel = true;
@@ -450,7 +450,7 @@ int openai_completions(struct srv_job *j, struct srv_err *e)
     struct cmpl_state *c = calloc(1, sizeof *c);
     j->api = c;
     j->api_free = free;
-    srv_make_id(j->id, sizeof j->id, "cmpl-");
+    srv_make_id(j->srv, j->id, sizeof j->id, "cmpl-");
     j->on_event = cmpl_event;
     j->on_done = cmpl_done;
     j->gp.max_tokens = 16; /* OpenAI's default for completions */
@@ -622,7 +622,7 @@ static void resp_open(struct srv_job *j, int k, int tool_idx)
     struct resp_state *r = j->api;
     r->open = k;
     r->open_index = r->n_out++;
-    srv_make_id(r->item_id, sizeof r->item_id, k == 1 ? "rs_" : k == 2 ? "msg_" : "fc_");
+    srv_make_id(j->srv, r->item_id, sizeof r->item_id, k == 1 ? "rs_" : k == 2 ? "msg_" : "fc_");
     r->text_start = k == 1 ? j->n_reasoning : j->n_content;
     if (!j->stream)
         return;
@@ -806,7 +806,7 @@ int openai_responses(struct srv_job *j, struct srv_err *e)
     st->output = json_array();
     j->api = st;
     j->api_free = resp_state_free;
-    srv_make_id(j->id, sizeof j->id, "resp_");
+    srv_make_id(j->srv, j->id, sizeof j->id, "resp_");
     j->on_event = resp_event;
     j->on_done = resp_done;
     bool think = true, parallel = true, drop_tools;

@@ -42,6 +42,7 @@ struct cw_server {
     int n_queued;
     _Atomic bool stopping;
     _Atomic int n_active; /* requests between their first callback and completion */
+    _Atomic uint64_t seq;  /* ids */
     pthread_mutex_t log_mu;
 };
 
@@ -53,6 +54,8 @@ struct conn {
 };
 
 const cwen *srv_engine(const struct cw_server *s) { return s->e; }
+
+uint64_t srv_next_seq(struct cw_server *s) { return ++s->seq; }
 
 void srv_log(struct cw_server *s, enum cw_log level, const char *fmt, ...)
 {

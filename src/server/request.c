@@ -6,7 +6,6 @@
  * prompt (text, or an OpenAI-shaped conversation through the chat template)
  * into tokens that fit the context. */
 #include <math.h>
-#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,13 +234,13 @@ int rq_fits(struct srv_job *j, struct srv_err *e)
     return 0;
 }
 
-void srv_make_id(char *out, size_t cap, const char *prefix)
+void srv_make_id(struct cw_server *s, char *out, size_t cap, const char *prefix)
 {
     static const char hex[] = "0123456789abcdef";
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    static _Atomic uint64_t counter; /* ids only: never read for anything else */
-    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ (++counter * 0x9E3779B97F4A7C15u);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+                 (srv_next_seq(s) * 0x9E3779B97F4A7C15u);
     size_t n = (size_t)snprintf(out, cap, "%s", prefix);
     for (int i = 0; i < 24 && n + 1 < cap; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;

@@ -112,8 +112,9 @@ int rq_chat_prompt(struct srv_job *j, json_t *conv, struct srv_err *e);
 /* Checks prompt + max_tokens against the context (400 when over). */
 int rq_fits(struct srv_job *j, struct srv_err *e);
 
-/* A fresh id: prefix + 24 hex digits. */
-void srv_make_id(char *out, size_t cap, const char *prefix);
+/* A fresh id: prefix + 24 hex digits (time and the server's counter mixed). */
+void srv_make_id(struct cw_server *s, char *out, size_t cap, const char *prefix);
+uint64_t srv_next_seq(struct cw_server *s);
 
 /* ---- dialects: parse a request into j (set hooks), or fail with e -------- */
 
