@@ -2,8 +2,10 @@
  * share.
  *
  * Every kernel computes each block's integer sum exactly and then calls one
- * of the combine helpers below, in block order, on a single float
- * accumulator. The scalar and AVX2 kernels share these helpers, and with FMA
+ * of the combine helpers below on float lane b mod 8 (b = block index; NVFP4:
+ * 16-element sub-block index), lanes visited in block order; the 8 lanes are
+ * summed by cw_reduce8 at the end (8 lanes break the add-latency chain and
+ * match one AVX2 register). The scalar and AVX2 kernels share these helpers, and with FMA
  * contraction off (-std=c11 for gcc, the pragma for clang) the same float
  * operations run in the same order, which is what makes the two paths
  * bit-identical. Not for use outside src/cpu. */
@@ -80,20 +82,27 @@ static inline float cw_comb_q8_1(float acc, float dw, float dx, int32_t sumi, fl
     return acc + v;
 }
 
+/* 8 lanes summed by a fixed tree: (l0+l4 + l2+l6) + (l1+l5 + l3+l7). */
+static inline float cw_reduce8(const float l[8])
+{
+    float t[4], u[2];
+    for (int j = 0; j < 4; j++)
+        t[j] = l[j] + l[4 + j];
+    for (int j = 0; j < 2; j++)
+        u[j] = t[j] + t[2 + j];
+    return u[0] + u[1];
+}
+
 /* Float rows: 32 lanes (lane = index mod 32) reduced by this fixed tree. */
 static inline float cw_reduce32(const float l[32])
 {
-    float s[8], t[4], u[2];
+    float s[8];
     for (int j = 0; j < 8; j++) {
         float a = l[j] + l[8 + j];
         float b = l[16 + j] + l[24 + j];
         s[j] = a + b;
     }
-    for (int j = 0; j < 4; j++)
-        t[j] = s[j] + s[4 + j];
-    for (int j = 0; j < 2; j++)
-        u[j] = t[j] + t[2 + j];
-    return u[0] + u[1];
+    return cw_reduce8(s);
 }
 
 /* Q4_K/Q5_K: the eight 6-bit scales and mins of the 12 packed bytes, by

@@ -13,6 +13,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 
 #include <immintrin.h>
+#include <stddef.h>
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -88,18 +89,6 @@ FLOAT_DOT_AVX2(cw_dot_bf16_avx2, cw_bf16, ld_bf16, cw_bf16_to_f32)
 
 /* ---- 32-element blocks against Q8_0 ------------------------------------- */
 
-AVX2 float cw_dot_q8_0_avx2(int64_t n, const void *w_row, const void *xq)
-{
-    const struct cw_block_q8_0 *w = w_row, *x = xq;
-    float acc = 0;
-    for (int64_t b = 0; b < n / CW_QK; b++) {
-        __m256i s = dot_s8(_mm256_loadu_si256((const __m256i *)w[b].qs),
-                           _mm256_loadu_si256((const __m256i *)x[b].qs));
-        acc = cw_comb1(acc, h2f(w[b].d), h2f(x[b].d), hsum_i32(s));
-    }
-    return acc;
-}
-
 /* 16 packed nibbles -> 32 bytes: low nibbles first, then high (the legacy
  * element order). */
 AVX2 static inline __m256i nibbles32(const uint8_t *q)
@@ -109,198 +98,350 @@ AVX2 static inline __m256i nibbles32(const uint8_t *q)
     return _mm256_and_si256(both, _mm256_set1_epi8(15));
 }
 
-AVX2 float cw_dot_q4_0_avx2(int64_t n, const void *w_row, const void *xq)
-{
-    const struct cw_block_q4_0 *w = w_row;
-    const struct cw_block_q8_0 *x = xq;
-    float acc = 0;
-    for (int64_t b = 0; b < n / CW_QK; b++) {
-        __m256i q = _mm256_sub_epi8(nibbles32(w[b].qs), _mm256_set1_epi8(8));
-        __m256i s = dot_s8(q, _mm256_loadu_si256((const __m256i *)x[b].qs));
-        acc = cw_comb1(acc, h2f(w[b].d), h2f(x[b].d), hsum_i32(s));
-    }
-    return acc;
-}
-
 AVX2 static inline __m256i iq4_table(void)
 {
     __m128i t = _mm_loadu_si128((const __m128i *)cw_iq4nl_values);
     return _mm256_broadcastsi128_si256(t);
 }
 
-AVX2 float cw_dot_iq4_nl_avx2(int64_t n, const void *w_row, const void *xq)
+AVX2 static inline __m256i fp4_table(void)
 {
-    const struct cw_block_iq4_nl *w = w_row;
-    const struct cw_block_q8_0 *x = xq;
-    const __m256i tab = iq4_table();
-    float acc = 0;
-    for (int64_t b = 0; b < n / CW_QK; b++) {
-        __m256i q = _mm256_shuffle_epi8(tab, nibbles32(w[b].qs));
-        __m256i s = dot_s8(q, _mm256_loadu_si256((const __m256i *)x[b].qs));
-        acc = cw_comb1(acc, h2f(w[b].d), h2f(x[b].d), hsum_i32(s));
-    }
-    return acc;
+    return _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3,
+                            4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
 }
 
-/* MXFP4: the doubled E2M1 levels by table, the halved E8M0 scale applied in
- * the same order as the scalar kernel. */
+/* Lane j = the sum of all lanes of v[j]: eight blocks' totals at once. */
+AVX2 static inline __m256i hsum8x8(const __m256i v[8])
+{
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* The f16 at byte 0 of eight blocks `stride` bytes apart (reads 4 bytes of
+ * each; every block is longer than that). */
+AVX2 static inline __m256 f16x8(const void *p, int stride)
+{
+    __m256i off = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride));
+    __m256i v = _mm256_and_si256(_mm256_i32gather_epi32((const int *)p, off, 1), _mm256_set1_epi32(0xffff));
+    v = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+}
+
+/* E8M0 halved (cw_e8m0_half) of the byte at offset 0 of eight blocks. */
+AVX2 static inline __m256 e8m0x8(const void *p, int stride)
+{
+    __m256i off = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride));
+    __m256i e = _mm256_and_si256(_mm256_i32gather_epi32((const int *)p, off, 1), _mm256_set1_epi32(0xff));
+    __m256i norm = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    __m256i den = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(norm, den, small));
+}
+
+enum leg { LEG_Q8_0, LEG_Q4_0, LEG_IQ4_NL, LEG_MXFP4 };
+
+/* 8 x i32 partial sums of one block's integer dot product. */
+AVX2 __attribute__((always_inline)) static inline __m256i leg_block(enum leg k, const uint8_t *blk,
+                                                                    const int8_t *a, __m256i tab)
+{
+    __m256i q;
+    switch (k) {
+    case LEG_Q8_0:
+        q = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        break;
+    case LEG_Q4_0:
+        q = _mm256_sub_epi8(nibbles32(blk + 2), _mm256_set1_epi8(8));
+        break;
+    case LEG_IQ4_NL:
+        q = _mm256_shuffle_epi8(tab, nibbles32(blk + 2));
+        break;
+    default: /* MXFP4 */
+        q = _mm256_shuffle_epi8(tab, nibbles32(blk + 1));
+        break;
+    }
+    return dot_s8(q, _mm256_loadu_si256((const __m256i *)a));
+}
+
+/* Groups of eight blocks: eight integer sums reduced together, then lane j
+ * of the float accumulator takes block 8g+j, with the same float steps as
+ * cw_comb1 (d_w·d_x, times the sum, added). The tail goes block by block
+ * into the same lanes, as the scalar kernel does. */
+AVX2 __attribute__((always_inline)) static inline float leg_dot(enum leg k, int bb, int64_t n,
+                                                                const void *w_row, const void *xq)
+{
+    const uint8_t *w = w_row;
+    const struct cw_block_q8_0 *x = xq;
+    const int64_t nb = n / CW_QK;
+    const __m256i tab = k == LEG_MXFP4 ? fp4_table() : iq4_table();
+    __m256 accv = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        __m256i s[8];
+        for (int j = 0; j < 8; j++)
+            s[j] = leg_block(k, w + (b + j) * bb, x[b + j].qs, tab);
+        __m256 sumf = _mm256_cvtepi32_ps(hsum8x8(s));
+        __m256 dx = f16x8(&x[b].d, (int)sizeof(struct cw_block_q8_0));
+        __m256 dd = k == LEG_MXFP4 ? _mm256_mul_ps(dx, e8m0x8(w + b * bb, bb))
+                                   : _mm256_mul_ps(f16x8(w + b * bb, bb), dx);
+        accv = _mm256_add_ps(accv, _mm256_mul_ps(dd, sumf));
+    }
+    float acc[8];
+    _mm256_storeu_ps(acc, accv);
+    for (; b < nb; b++) {
+        const uint8_t *blk = w + b * bb;
+        int32_t si = hsum_i32(leg_block(k, blk, x[b].qs, tab));
+        if (k == LEG_MXFP4) {
+            acc[b & 7] = cw_comb1(acc[b & 7], h2f(x[b].d), cw_e8m0_half(blk[0]), si);
+        } else {
+            cw_f16 dw;
+            memcpy(&dw, blk, 2);
+            acc[b & 7] = cw_comb1(acc[b & 7], h2f(dw), h2f(x[b].d), si);
+        }
+    }
+    return cw_reduce8(acc);
+}
+
+AVX2 float cw_dot_q8_0_avx2(int64_t n, const void *w_row, const void *xq)
+{
+    return leg_dot(LEG_Q8_0, sizeof(struct cw_block_q8_0), n, w_row, xq);
+}
+
+AVX2 float cw_dot_q4_0_avx2(int64_t n, const void *w_row, const void *xq)
+{
+    return leg_dot(LEG_Q4_0, sizeof(struct cw_block_q4_0), n, w_row, xq);
+}
+
+AVX2 float cw_dot_iq4_nl_avx2(int64_t n, const void *w_row, const void *xq)
+{
+    return leg_dot(LEG_IQ4_NL, sizeof(struct cw_block_iq4_nl), n, w_row, xq);
+}
+
 AVX2 float cw_dot_mxfp4_avx2(int64_t n, const void *w_row, const void *xq)
 {
-    const struct cw_block_mxfp4 *w = w_row;
-    const struct cw_block_q8_0 *x = xq;
-    const __m256i tab = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
-                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-    float acc = 0;
-    for (int64_t b = 0; b < n / CW_QK; b++) {
-        __m256i q = _mm256_shuffle_epi8(tab, nibbles32(w[b].qs));
-        __m256i s = dot_s8(q, _mm256_loadu_si256((const __m256i *)x[b].qs));
-        acc = cw_comb1(acc, h2f(x[b].d), cw_e8m0_half(w[b].e), hsum_i32(s));
-    }
-    return acc;
+    return leg_dot(LEG_MXFP4, sizeof(struct cw_block_mxfp4), n, w_row, xq);
 }
 
 /* ---- K-quants against Q8_K ---------------------------------------------- */
 
-AVX2 static inline __m256i scale2(int lo, int hi)
+/* pshufb mask broadcasting 16-bit element lo (low 128-bit lane) and hi
+ * (high lane) of a register that holds 8 i16 in both lanes. */
+AVX2 static inline __m256i pick16(int lo, int hi)
 {
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)lo)),
-                                   _mm_set1_epi16((short)hi), 1);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)(0x0100 + 0x0202 * lo))),
+                                   _mm_set1_epi16((short)(0x0100 + 0x0202 * hi)), 1);
 }
 
-/* Unpacks the scales (OUT: sc) and returns Σ_s min_s·(bsum_2s + bsum_2s+1). */
-AVX2 static inline int32_t k4_scales_summ(const uint8_t *packed, const int16_t *bsums, uint8_t sc[8])
+/* Unpacks the scales as 8 i16 in both lanes (OUT: sc16) and returns
+ * Σ_s min_s·(bsum_2s + bsum_2s+1). */
+AVX2 static inline int32_t k4_scales_summ(const uint8_t *packed, const int16_t *bsums, __m256i *sc16)
 {
-    uint8_t mn[8];
-    cw_k4_unpack(packed, sc, mn);
+    uint8_t sm[16];
+    cw_k4_unpack(packed, sm, sm + 8);
+    __m128i both = _mm_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm));
+    __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(_mm_loadu_si128((const __m128i *)sm), 8));
+    *sc16 = _mm256_broadcastsi128_si256(both);
     __m128i b0 = _mm_loadu_si128((const __m128i *)bsums);
     __m128i b1 = _mm_loadu_si128((const __m128i *)(bsums + 8));
     __m128i pairs = _mm_hadd_epi16(b0, b1); /* |pair| <= 4064: no overflow */
-    __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
     __m128i p = _mm_madd_epi16(pairs, m16);
     p = _mm_add_epi32(p, _mm_unpackhi_epi64(p, p));
     p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 1));
     return _mm_cvtsi128_si32(p);
 }
 
+/* Integer part of one Q4_K super-block: 8 x i32 partials; OUT: the min sum. */
+AVX2 static inline __m256i q4k_block(const struct cw_block_q4_k *w, const struct cw_block_q8_k *x,
+                                     int32_t *summ)
+{
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256i sc16;
+    *summ = k4_scales_summ(w->scales, x->bsums, &sc16);
+    __m256i vs = _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * c));
+        __m256i lo = _mm256_and_si256(q, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(x->qs + 64 * c)));
+        __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x->qs + 64 * c + 32)));
+        p0 = _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc16, pick16(2 * c, 2 * c)));
+        p1 = _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc16, pick16(2 * c + 1, 2 * c + 1)));
+        vs = _mm256_add_epi32(vs, _mm256_add_epi32(p0, p1));
+    }
+    return vs;
+}
+
+AVX2 static inline __m256i q5k_block(const struct cw_block_q5_k *w, const struct cw_block_q8_k *x,
+                                     int32_t *summ)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
+    __m256i sc16;
+    *summ = k4_scales_summ(w->scales, x->bsums, &sc16);
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)w->qh);
+    __m256i vs = _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * c));
+        __m256i mlo = _mm256_set1_epi8((char)(1 << (2 * c)));
+        __m256i mhi = _mm256_set1_epi8((char)(1 << (2 * c + 1)));
+        __m256i hlo = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mlo), mlo), b4);
+        __m256i hhi = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mhi), mhi), b4);
+        __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), hlo);
+        __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hhi);
+        __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(x->qs + 64 * c)));
+        __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x->qs + 64 * c + 32)));
+        p0 = _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc16, pick16(2 * c, 2 * c)));
+        p1 = _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc16, pick16(2 * c + 1, 2 * c + 1)));
+        vs = _mm256_add_epi32(vs, _mm256_add_epi32(p0, p1));
+    }
+    return vs;
+}
+
+/* Q6_K: the unsigned 6-bit values q+32 are multiplied (maddubs needs an
+ * unsigned side) and 32·Σ scale·bsum is taken off: still exact. */
+AVX2 static inline __m256i q6k_block(const struct cw_block_q6_k *w, const struct cw_block_q8_k *x)
+{
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w->scales));
+    __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)x->bsums));
+    __m256i vs = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+    for (int h = 0; h < 2; h++) {
+        /* scales 8h..8h+7 as i16 in both lanes */
+        __m256i sch = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11)
+                        : _mm256_permute2x128_si256(sc16, sc16, 0x00);
+        __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h));
+        __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h + 32));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4));
+        q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0c)), 2));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                               _mm256_and_si256(qh, _mm256_set1_epi8(0x30)));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                               _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8((char)0xc0)), 2));
+        for (int g = 0; g < 4; g++) {
+            const int8_t *a = x->qs + 128 * h + 32 * g;
+            __m256i p = _mm256_maddubs_epi16(q[g], _mm256_loadu_si256((const __m256i *)a));
+            __m256i scv = _mm256_shuffle_epi8(sch, pick16(2 * g, 2 * g + 1));
+            vs = _mm256_add_epi32(vs, _mm256_madd_epi16(p, scv));
+        }
+    }
+    return vs;
+}
+
+AVX2 static inline __m256i iq4xs_block(const struct cw_block_iq4_xs *w, const struct cw_block_q8_k *x)
+{
+    const __m256i tab = iq4_table(), m4 = _mm256_set1_epi8(15);
+    __m256i vs = _mm256_setzero_si256();
+    for (int s = 0; s < 8; s += 2) {
+        int ls[2];
+        for (int i = 0; i < 2; i++)
+            ls[i] = (((w->scales_l[(s + i) / 2] >> (4 * ((s + i) % 2))) & 15) |
+                     (((w->scales_h >> (2 * (s + i))) & 3) << 4)) - 32;
+        __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 16 * s));
+        __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(q, m4));
+        __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+        const int8_t *a = x->qs + 32 * s;
+        __m256i d0 = dot_s8(lo, load2x128(a, a + 32));
+        __m256i d1 = dot_s8(hi, load2x128(a + 16, a + 48));
+        __m256i sv = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi32(ls[0])),
+                                             _mm_set1_epi32(ls[1]), 1);
+        vs = _mm256_add_epi32(vs, _mm256_mullo_epi32(_mm256_add_epi32(d0, d1), sv));
+    }
+    return vs;
+}
+
+enum kq { KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_IQ4_XS };
+
+AVX2 __attribute__((always_inline)) static inline __m256i kq_block(enum kq k, const uint8_t *blk,
+                                                                   const struct cw_block_q8_k *x,
+                                                                   int32_t *summ)
+{
+    *summ = 0;
+    switch (k) {
+    case KQ_Q4_K:
+        return q4k_block((const struct cw_block_q4_k *)blk, x, summ);
+    case KQ_Q5_K:
+        return q5k_block((const struct cw_block_q5_k *)blk, x, summ);
+    case KQ_Q6_K:
+        return q6k_block((const struct cw_block_q6_k *)blk, x);
+    default:
+        return iq4xs_block((const struct cw_block_iq4_xs *)blk, x);
+    }
+}
+
+/* As leg_dot, for super-blocks: eight of them reduced together, lane j of
+ * the float accumulator taking super-block 8g+j with the float steps of
+ * cw_comb1 / cw_comb_min; the tail block by block into the same lanes.
+ * doff / mofs: byte offsets of the f16 d and dmin (mofs < 0: no mins). */
+AVX2 __attribute__((always_inline)) static inline float kq_dot(enum kq k, int bb, int doff, int mofs,
+                                                               int64_t n, const void *w_row,
+                                                               const void *xq)
+{
+    const uint8_t *w = w_row;
+    const struct cw_block_q8_k *x = xq;
+    const int64_t nb = n / CW_QK_K;
+    const __m256i xoff = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                            _mm256_set1_epi32((int)sizeof(struct cw_block_q8_k)));
+    __m256 accv = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        __m256i s[8];
+        int32_t sm[8];
+        for (int j = 0; j < 8; j++)
+            s[j] = kq_block(k, w + (b + j) * bb, &x[b + j], &sm[j]);
+        __m256 sumf = _mm256_cvtepi32_ps(hsum8x8(s));
+        __m256 dx = _mm256_i32gather_ps(&x[b].d, xoff, 1);
+        __m256 t = _mm256_mul_ps(_mm256_mul_ps(dx, f16x8(w + b * bb + doff, bb)), sumf);
+        if (mofs >= 0) {
+            __m256 dm = _mm256_mul_ps(dx, f16x8(w + b * bb + mofs, bb));
+            __m256 u = _mm256_mul_ps(dm, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)sm)));
+            t = _mm256_sub_ps(t, u);
+        }
+        accv = _mm256_add_ps(accv, t);
+    }
+    float acc[8];
+    _mm256_storeu_ps(acc, accv);
+    for (; b < nb; b++) {
+        const uint8_t *blk = w + b * bb;
+        int32_t summ;
+        int32_t si = hsum_i32(kq_block(k, blk, &x[b], &summ));
+        cw_f16 d, dmin;
+        memcpy(&d, blk + doff, 2);
+        if (mofs >= 0) {
+            memcpy(&dmin, blk + mofs, 2);
+            acc[b & 7] = cw_comb_min(acc[b & 7], x[b].d, h2f(d), h2f(dmin), si, summ);
+        } else {
+            acc[b & 7] = cw_comb1(acc[b & 7], x[b].d, h2f(d), si);
+        }
+    }
+    return cw_reduce8(acc);
+}
+
 AVX2 float cw_dot_q4_k_avx2(int64_t n, const void *w_row, const void *xq)
 {
-    const struct cw_block_q4_k *w = w_row;
-    const struct cw_block_q8_k *x = xq;
-    const __m256i m4 = _mm256_set1_epi8(15);
-    float acc = 0;
-    for (int64_t b = 0; b < n / CW_QK_K; b++) {
-        uint8_t sc[8];
-        int32_t summ = k4_scales_summ(w[b].scales, x[b].bsums, sc);
-        __m256i vs = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            __m256i q = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * c));
-            __m256i lo = _mm256_and_si256(q, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(x[b].qs + 64 * c)));
-            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x[b].qs + 64 * c + 32)));
-            p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16((short)sc[2 * c]));
-            p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16((short)sc[2 * c + 1]));
-            vs = _mm256_add_epi32(vs, _mm256_add_epi32(p0, p1));
-        }
-        acc = cw_comb_min(acc, x[b].d, h2f(w[b].d), h2f(w[b].dmin), hsum_i32(vs), summ);
-    }
-    return acc;
+    return kq_dot(KQ_Q4_K, sizeof(struct cw_block_q4_k), offsetof(struct cw_block_q4_k, d),
+                  offsetof(struct cw_block_q4_k, dmin), n, w_row, xq);
 }
 
 AVX2 float cw_dot_q5_k_avx2(int64_t n, const void *w_row, const void *xq)
 {
-    const struct cw_block_q5_k *w = w_row;
-    const struct cw_block_q8_k *x = xq;
-    const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
-    float acc = 0;
-    for (int64_t b = 0; b < n / CW_QK_K; b++) {
-        uint8_t sc[8];
-        int32_t summ = k4_scales_summ(w[b].scales, x[b].bsums, sc);
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)w[b].qh);
-        __m256i vs = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            __m256i q = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * c));
-            __m256i mlo = _mm256_set1_epi8((char)(1 << (2 * c)));
-            __m256i mhi = _mm256_set1_epi8((char)(1 << (2 * c + 1)));
-            __m256i hlo = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mlo), mlo), b4);
-            __m256i hhi = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mhi), mhi), b4);
-            __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), hlo);
-            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hhi);
-            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(x[b].qs + 64 * c)));
-            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x[b].qs + 64 * c + 32)));
-            p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16((short)sc[2 * c]));
-            p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16((short)sc[2 * c + 1]));
-            vs = _mm256_add_epi32(vs, _mm256_add_epi32(p0, p1));
-        }
-        acc = cw_comb_min(acc, x[b].d, h2f(w[b].d), h2f(w[b].dmin), hsum_i32(vs), summ);
-    }
-    return acc;
+    return kq_dot(KQ_Q5_K, sizeof(struct cw_block_q5_k), offsetof(struct cw_block_q5_k, d),
+                  offsetof(struct cw_block_q5_k, dmin), n, w_row, xq);
 }
 
-/* Q6_K: the unsigned 6-bit values q+32 are multiplied (maddubs needs an
- * unsigned side) and 32·Σ scale·bsum is taken off at the end: still exact. */
 AVX2 float cw_dot_q6_k_avx2(int64_t n, const void *w_row, const void *xq)
 {
-    const struct cw_block_q6_k *w = w_row;
-    const struct cw_block_q8_k *x = xq;
-    const __m256i m4 = _mm256_set1_epi8(15);
-    float acc = 0;
-    for (int64_t b = 0; b < n / CW_QK_K; b++) {
-        const int8_t *sc = w[b].scales;
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-        __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)x[b].bsums));
-        __m256i vs = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
-        for (int h = 0; h < 2; h++) {
-            __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w[b].ql + 64 * h));
-            __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w[b].ql + 64 * h + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(w[b].qh + 32 * h));
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0c)), 2));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                                   _mm256_and_si256(qh, _mm256_set1_epi8(0x30)));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                   _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8((char)0xc0)), 2));
-            for (int g = 0; g < 4; g++) {
-                const int8_t *a = x[b].qs + 128 * h + 32 * g;
-                __m256i p = _mm256_maddubs_epi16(q[g], _mm256_loadu_si256((const __m256i *)a));
-                int k = 8 * h + 2 * g;
-                vs = _mm256_add_epi32(vs, _mm256_madd_epi16(p, scale2(sc[k], sc[k + 1])));
-            }
-        }
-        acc = cw_comb1(acc, x[b].d, h2f(w[b].d), hsum_i32(vs));
-    }
-    return acc;
+    return kq_dot(KQ_Q6_K, sizeof(struct cw_block_q6_k), offsetof(struct cw_block_q6_k, d), -1, n,
+                  w_row, xq);
 }
 
 AVX2 float cw_dot_iq4_xs_avx2(int64_t n, const void *w_row, const void *xq)
 {
-    const struct cw_block_iq4_xs *w = w_row;
-    const struct cw_block_q8_k *x = xq;
-    const __m256i tab = iq4_table(), m4 = _mm256_set1_epi8(15);
-    float acc = 0;
-    for (int64_t b = 0; b < n / CW_QK_K; b++) {
-        __m256i vs = _mm256_setzero_si256();
-        for (int s = 0; s < 8; s += 2) {
-            int ls[2];
-            for (int i = 0; i < 2; i++)
-                ls[i] = (((w[b].scales_l[(s + i) / 2] >> (4 * ((s + i) % 2))) & 15) |
-                         (((w[b].scales_h >> (2 * (s + i))) & 3) << 4)) - 32;
-            __m256i q = _mm256_loadu_si256((const __m256i *)(w[b].qs + 16 * s));
-            __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(q, m4));
-            __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-            const int8_t *a = x[b].qs + 32 * s;
-            __m256i d0 = dot_s8(lo, load2x128(a, a + 32));
-            __m256i d1 = dot_s8(hi, load2x128(a + 16, a + 48));
-            __m256i sv = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi32(ls[0])),
-                                                 _mm_set1_epi32(ls[1]), 1);
-            vs = _mm256_add_epi32(vs, _mm256_mullo_epi32(_mm256_add_epi32(d0, d1), sv));
-        }
-        acc = cw_comb1(acc, x[b].d, h2f(w[b].d), hsum_i32(vs));
-    }
-    return acc;
+    return kq_dot(KQ_IQ4_XS, sizeof(struct cw_block_iq4_xs), offsetof(struct cw_block_iq4_xs, d), -1,
+                  n, w_row, xq);
 }
 
 #endif

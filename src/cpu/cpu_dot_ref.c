@@ -43,37 +43,37 @@ FLOAT_DOT(cw_dot_bf16_ref, cw_bf16, cw_bf16_to_f32)
 float cw_dot_q8_0_ref(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_q8_0 *w = w_row, *x = xq;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK; b++) {
         int32_t s = 0;
         for (int j = 0; j < CW_QK; j++)
             s += w[b].qs[j] * x[b].qs[j];
-        acc = cw_comb1(acc, cw_h2f(w[b].d), cw_h2f(x[b].d), s);
+        acc[b & 7] = cw_comb1(acc[b & 7], cw_h2f(w[b].d), cw_h2f(x[b].d), s);
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 float cw_dot_q4_0_ref(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_q4_0 *w = w_row;
     const struct cw_block_q8_0 *x = xq;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK; b++) {
         int32_t s = 0;
         for (int j = 0; j < 16; j++) {
             s += ((w[b].qs[j] & 15) - 8) * x[b].qs[j];
             s += ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + 16];
         }
-        acc = cw_comb1(acc, cw_h2f(w[b].d), cw_h2f(x[b].d), s);
+        acc[b & 7] = cw_comb1(acc[b & 7], cw_h2f(w[b].d), cw_h2f(x[b].d), s);
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 float cw_dot_q5_0_ref(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_q5_0 *w = w_row;
     const struct cw_block_q8_0 *x = xq;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK; b++) {
         uint32_t qh;
         memcpy(&qh, w[b].qh, 4);
@@ -83,31 +83,31 @@ float cw_dot_q5_0_ref(int64_t n, const void *w_row, const void *xq)
             int hi = (w[b].qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
             s += (lo - 16) * x[b].qs[j] + (hi - 16) * x[b].qs[j + 16];
         }
-        acc = cw_comb1(acc, cw_h2f(w[b].d), cw_h2f(x[b].d), s);
+        acc[b & 7] = cw_comb1(acc[b & 7], cw_h2f(w[b].d), cw_h2f(x[b].d), s);
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 float cw_dot_q4_1_ref(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_q4_1 *w = w_row;
     const struct cw_block_q8_1 *x = xq;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK; b++) {
         int32_t s = 0;
         for (int j = 0; j < 16; j++)
             s += (w[b].qs[j] & 15) * x[b].qs[j] + (w[b].qs[j] >> 4) * x[b].qs[j + 16];
-        acc = cw_comb_q8_1(acc, cw_h2f(w[b].d), cw_h2f(x[b].d), s, cw_h2f(w[b].m),
+        acc[b & 7] = cw_comb_q8_1(acc[b & 7], cw_h2f(w[b].d), cw_h2f(x[b].d), s, cw_h2f(w[b].m),
                            cw_h2f(x[b].s));
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 float cw_dot_q5_1_ref(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_q5_1 *w = w_row;
     const struct cw_block_q8_1 *x = xq;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK; b++) {
         uint32_t qh;
         memcpy(&qh, w[b].qh, 4);
@@ -117,39 +117,39 @@ float cw_dot_q5_1_ref(int64_t n, const void *w_row, const void *xq)
             int hi = (w[b].qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
             s += lo * x[b].qs[j] + hi * x[b].qs[j + 16];
         }
-        acc = cw_comb_q8_1(acc, cw_h2f(w[b].d), cw_h2f(x[b].d), s, cw_h2f(w[b].m),
+        acc[b & 7] = cw_comb_q8_1(acc[b & 7], cw_h2f(w[b].d), cw_h2f(x[b].d), s, cw_h2f(w[b].m),
                            cw_h2f(x[b].s));
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 float cw_dot_iq4_nl_ref(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_iq4_nl *w = w_row;
     const struct cw_block_q8_0 *x = xq;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK; b++) {
         int32_t s = 0;
         for (int j = 0; j < 16; j++)
             s += cw_iq4nl_values[w[b].qs[j] & 15] * x[b].qs[j] +
                  cw_iq4nl_values[w[b].qs[j] >> 4] * x[b].qs[j + 16];
-        acc = cw_comb1(acc, cw_h2f(w[b].d), cw_h2f(x[b].d), s);
+        acc[b & 7] = cw_comb1(acc[b & 7], cw_h2f(w[b].d), cw_h2f(x[b].d), s);
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 float cw_dot_mxfp4_ref(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_mxfp4 *w = w_row;
     const struct cw_block_q8_0 *x = xq;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK; b++) {
         int32_t s = 0;
         for (int j = 0; j < 16; j++)
             s += kv_fp4[w[b].qs[j] & 15] * x[b].qs[j] + kv_fp4[w[b].qs[j] >> 4] * x[b].qs[j + 16];
-        acc = cw_comb1(acc, cw_h2f(x[b].d), cw_e8m0_half(w[b].e), s);
+        acc[b & 7] = cw_comb1(acc[b & 7], cw_h2f(x[b].d), cw_e8m0_half(w[b].e), s);
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 /* UE4M3 scale halved (kv_fp4 is doubled); 0x00 and 0x7f read as 0. */
@@ -166,7 +166,7 @@ float cw_dot_nvfp4_ref(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_nvfp4 *w = w_row;
     const struct cw_block_q8_0 *x = xq;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK_NVFP4; b++) {
         for (int s = 0; s < 4; s++) {
             const struct cw_block_q8_0 *xb = &x[2 * b + s / 2];
@@ -176,10 +176,10 @@ float cw_dot_nvfp4_ref(int64_t n, const void *w_row, const void *xq)
                 uint8_t q = w[b].qs[8 * s + j];
                 sum += a[j] * kv_fp4[q & 15] + a[j + 8] * kv_fp4[q >> 4];
             }
-            acc = cw_comb1(acc, cw_h2f(xb->d), ue4m3_half(w[b].d[s]), sum);
+            acc[(4 * b + s) & 7] = cw_comb1(acc[(4 * b + s) & 7], cw_h2f(xb->d), ue4m3_half(w[b].d[s]), sum);
         }
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 /* ---- 256-element super-blocks against Q8_K ------------------------------ */
@@ -188,7 +188,7 @@ float cw_dot_q2_k_ref(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_q2_k *w = w_row;
     const struct cw_block_q8_k *x = xq;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
         int32_t sumi = 0, summ = 0;
         for (int k = 0; k < 16; k++) { /* sub-block k: elements 16k..16k+15 */
@@ -200,16 +200,16 @@ float cw_dot_q2_k_ref(int64_t n, const void *w_row, const void *xq)
             sumi += (w[b].scales[k] & 15) * s;
             summ += (w[b].scales[k] >> 4) * x[b].bsums[k];
         }
-        acc = cw_comb_min(acc, x[b].d, cw_h2f(w[b].d), cw_h2f(w[b].dmin), sumi, summ);
+        acc[b & 7] = cw_comb_min(acc[b & 7], x[b].d, cw_h2f(w[b].d), cw_h2f(w[b].dmin), sumi, summ);
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 float cw_dot_q3_k_ref(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_q3_k *w = w_row;
     const struct cw_block_q8_k *x = xq;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
         const uint8_t *sc = w[b].scales;
         int32_t sumi = 0;
@@ -226,16 +226,16 @@ float cw_dot_q3_k_ref(int64_t n, const void *w_row, const void *xq)
             }
             sumi += (scale - 32) * s;
         }
-        acc = cw_comb1(acc, x[b].d, cw_h2f(w[b].d), sumi);
+        acc[b & 7] = cw_comb1(acc[b & 7], x[b].d, cw_h2f(w[b].d), sumi);
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 float cw_dot_q4_k_ref(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_q4_k *w = w_row;
     const struct cw_block_q8_k *x = xq;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
         int32_t sumi = 0, summ = 0;
         uint8_t scs[8], mns[8];
@@ -250,16 +250,16 @@ float cw_dot_q4_k_ref(int64_t n, const void *w_row, const void *xq)
             sumi += sc * d;
             summ += m * (x[b].bsums[2 * s] + x[b].bsums[2 * s + 1]);
         }
-        acc = cw_comb_min(acc, x[b].d, cw_h2f(w[b].d), cw_h2f(w[b].dmin), sumi, summ);
+        acc[b & 7] = cw_comb_min(acc[b & 7], x[b].d, cw_h2f(w[b].d), cw_h2f(w[b].dmin), sumi, summ);
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 float cw_dot_q5_k_ref(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_q5_k *w = w_row;
     const struct cw_block_q8_k *x = xq;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
         int32_t sumi = 0, summ = 0;
         uint8_t scs[8], mns[8];
@@ -276,16 +276,16 @@ float cw_dot_q5_k_ref(int64_t n, const void *w_row, const void *xq)
             sumi += sc * d;
             summ += m * (x[b].bsums[2 * s] + x[b].bsums[2 * s + 1]);
         }
-        acc = cw_comb_min(acc, x[b].d, cw_h2f(w[b].d), cw_h2f(w[b].dmin), sumi, summ);
+        acc[b & 7] = cw_comb_min(acc[b & 7], x[b].d, cw_h2f(w[b].d), cw_h2f(w[b].dmin), sumi, summ);
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 float cw_dot_q6_k_ref(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_q6_k *w = w_row;
     const struct cw_block_q8_k *x = xq;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
         int32_t sumi = 0;
         for (int k = 0; k < 16; k++) {
@@ -300,16 +300,16 @@ float cw_dot_q6_k_ref(int64_t n, const void *w_row, const void *xq)
             }
             sumi += w[b].scales[k] * s;
         }
-        acc = cw_comb1(acc, x[b].d, cw_h2f(w[b].d), sumi);
+        acc[b & 7] = cw_comb1(acc[b & 7], x[b].d, cw_h2f(w[b].d), sumi);
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 float cw_dot_iq4_xs_ref(int64_t n, const void *w_row, const void *xq)
 {
     const struct cw_block_iq4_xs *w = w_row;
     const struct cw_block_q8_k *x = xq;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / CW_QK_K; b++) {
         int32_t sumi = 0;
         for (int s = 0; s < 8; s++) {
@@ -322,9 +322,9 @@ float cw_dot_iq4_xs_ref(int64_t n, const void *w_row, const void *xq)
                 d += cw_iq4nl_values[q[j] & 15] * a[j] + cw_iq4nl_values[q[j] >> 4] * a[j + 16];
             sumi += (ls - 32) * d;
         }
-        acc = cw_comb1(acc, x[b].d, cw_h2f(w[b].d), sumi);
+        acc[b & 7] = cw_comb1(acc[b & 7], x[b].d, cw_h2f(w[b].d), sumi);
     }
-    return acc;
+    return cw_reduce8(acc);
 }
 
 /* ---- Q8_1 activations --------------------------------------------------- */

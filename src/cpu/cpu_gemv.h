@@ -8,10 +8,11 @@
  * threaded matmul / MoE matmul built on them.
  *
  * Numerics: integer products are exact; each block's integer sum is scaled
- * and added to one float accumulator in block order (float ops without FMA
- * contraction), and F32/F16/BF16 rows use 32 interleaved lanes reduced in a
- * fixed tree. The AVX2 paths follow the same order, so they are bit-identical
- * to the scalar ones. Every output element of a matmul is one vec_dot call,
+ * (float ops, no FMA contraction) and added to float lane (block index mod 8),
+ * and the 8 lanes are summed by a fixed tree; F32/F16/BF16 rows use 32
+ * interleaved lanes reduced by a fixed tree. The AVX2 kernels follow the same
+ * order, so they are bit-identical to the scalar ones (tested). Every output
+ * element of a matmul is one vec_dot call,
  * so results do not depend on the thread count or on how tokens are batched. */
 #ifndef CW_CPU_GEMV_H
 #define CW_CPU_GEMV_H

@@ -263,6 +263,11 @@ int main(void)
     struct backend *bb = hsw.h ? &hsw : &best;
     bench(bb, CW_TYPE_Q4_K, 8192, secs);
     bench(bb, CW_TYPE_Q6_K, 8192, secs);
+    if (getenv("CWEN_BENCH_ALL")) /* the other types with a SIMD kernel */
+        for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+            if (types[i] != CW_TYPE_Q4_K && types[i] != CW_TYPE_Q6_K &&
+                cw_cpu_vec_dot_fn(types[i], CW_CPU_AVX2) != cw_cpu_vec_dot_fn(types[i], CW_CPU_SCALAR))
+                bench(bb, types[i], 8192, secs);
     if (getenv("CWEN_BENCH_L2")) { /* kernel speed with the rows in cache */
         bench(bb, CW_TYPE_Q4_K, 256, secs);
         bench(bb, CW_TYPE_Q6_K, 256, secs);
