@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test.sh — the README's test command: build cwen and pass every test.
-#  1. the llama.cpp oracle (npm, cached outside the tree) for parity tests;
+#  1. the llama.cpp oracle (npm, cached outside the tree) for parity tests,
+#     and the server tests' npm clients (tests/server/node_modules);
 #  2. the release build (CUDA too when nvcc is present) and every CTest test,
 #     parity against llama.cpp included; GPU tests skip where no GPU is;
 #  3. an ASan+UBSan build (clang) of the unit tests;
@@ -10,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${JOBS:-$(nproc)}
 scripts/oracle-setup.sh
+# the server tests' npm clients, pinned by tests/server/package-lock.json
+npm ci --prefix tests/server --ignore-scripts --no-audit --no-fund
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$jobs"

@@ -5,5 +5,6 @@
 
 int cw_cmd_inspect(int argc, char **argv);
 int cw_cmd_mkmodel(int argc, char **argv);
+int cw_cmd_serve(int argc, char **argv);
 
 #endif
