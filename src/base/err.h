@@ -9,6 +9,10 @@
 
 #include <stdarg.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum cw_err_code {
     CW_OK = 0,
     CW_ERR_IO,        /* open/read/write/mmap failed */
@@ -36,5 +40,9 @@ int cw_err_prefix(struct cw_err *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 void cw_err_clear(struct cw_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
