@@ -24,4 +24,5 @@ cmake --build build-asan -j"$jobs"
 # llama.cpp's prebuilt libraries are not instrumented: parity runs in build/ only.
 ctest --test-dir build-asan --output-on-failure -j"$jobs" -E '^parity_'
 
+export CWEN_ORACLE_DIR=${CWEN_ORACLE_DIR:-$HOME/.cache/cwen-oracle}  # the tokenizer fuzzer reads the vocab fixture
 scripts/fuzz.sh build-asan "${FUZZ_SECONDS:-60}"
