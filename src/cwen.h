@@ -28,6 +28,7 @@ struct cwen_opts {
     const char *path; /* the GGUF */
     int n_threads;    /* forward threads; 0: all CPUs */
     int64_t n_ctx;    /* positions per sequence; 0: min(training context, 8192) */
+    const char *backend; /* "cpu", "cuda", "auto" (NULL: auto — the GPU when present) */
 };
 
 /* Opens and binds the model. Returns 0 or -1 with err set (*out NULL). */
@@ -41,6 +42,7 @@ struct cwen_info {
     int64_t n_ctx;          /* positions a request may use (prompt + output) */
     int32_t n_vocab;
     int n_threads;
+    const char *backend;    /* the backend that runs the model: "cpu" | "cuda" */
 };
 /* Borrowed for the engine's lifetime. */
 const struct cwen_info *cwen_get_info(const cwen *e);

@@ -15,7 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cpu/cpu_forward.h"
+#include "backend.h"
+#include "base/pool.h"
 #include "cwen.h"
 #include "gguf/gguf.h"
 #include "engine/outstream.h"
@@ -31,9 +32,8 @@ struct cwen {
     struct cw_qwen35_weights w;
     struct cw_pool pool;
     bool has_pool;
-    struct cw_cpu_model m;
-    struct cw_cpu_seq seq;
-    bool has_seq;
+    struct cw_backend *be;
+    struct cw_bseq *seq;
     struct cw_tokenizer tok;
     struct cw_chat_template tmpl;
     bool has_tmpl;
@@ -88,10 +88,10 @@ int cwen_open(cwen **out, const struct cwen_opts *opts, struct cw_err *err)
                 (long long)n_ctx, hp.n_ctx_train);
         goto fail;
     }
-    if (cw_cpu_model_init(&e->m, &e->w, &e->pool, n_ctx, err) < 0 ||
-        cw_cpu_seq_init(&e->seq, &e->m, err) < 0)
+    const struct cw_backend_opts bo = {.n_ctx_max = n_ctx, .pool = &e->pool, .device = 0};
+    if (cw_backend_open(&e->be, opts->backend, &e->w, &bo, err) < 0 ||
+        e->be->ops->seq_new(e->be, &e->seq, err) < 0)
         goto fail;
-    e->has_seq = true;
     if (cw_tokenizer_load(&e->tok, &e->g, err) < 0)
         goto fail;
 
@@ -129,7 +129,8 @@ int cwen_open(cwen **out, const struct cwen_opts *opts, struct cw_err *err)
     }
     e->info = (struct cwen_info){.model_name = e->model_name, .file_name = e->file_name,
                                  .arch = cw_qwen35_arch_name(hp.arch), .n_ctx = n_ctx,
-                                 .n_vocab = (int32_t)hp.n_vocab, .n_threads = nt};
+                                 .n_vocab = (int32_t)hp.n_vocab, .n_threads = nt,
+                                 .backend = e->be->ops->name};
     *out = e;
     return 0;
 fail:
@@ -145,8 +146,9 @@ void cwen_close(cwen *e)
 {
     if (!e)
         return;
-    if (e->has_seq)
-        cw_cpu_seq_free(&e->seq);
+    if (e->seq)
+        e->be->ops->seq_free(e->be, e->seq);
+    cw_backend_close(e->be);
     if (e->has_pool)
         cw_pool_free(&e->pool);
     cw_tokenizer_free(&e->tok);
@@ -254,7 +256,8 @@ static int forward(cwen *e, const int32_t *toks, size_t n, struct cw_err *err)
 {
     for (size_t i = 0; i < n; i += PREFILL_CHUNK) {
         size_t c = n - i < PREFILL_CHUNK ? n - i : PREFILL_CHUNK;
-        if (cw_cpu_forward(&e->m, &e->seq, toks + i, (int64_t)c, e->logits, false, NULL, err) < 0)
+        const struct cw_fwd_out o = {.logits = e->logits};
+        if (e->be->ops->forward(e->be, e->seq, toks + i, (int64_t)c, &o, err) < 0)
             return -1;
     }
     return 0;
@@ -302,7 +305,7 @@ int cwen_generate(cwen *e, const struct cwen_gen_params *p, cwen_event_fn fn, vo
     size_t n_tail = 0;
 
     double t0 = now_ms(), t1 = t0;
-    cw_cpu_seq_reset(&e->seq, &e->m);
+    e->be->ops->seq_reset(e->be, e->seq);
     if (forward(e, p->prompt, p->n_prompt, err) < 0)
         goto done;
     struct cw_detok dt = {.special = false};

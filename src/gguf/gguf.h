@@ -19,6 +19,10 @@
 #include "base/err.h"
 #include "gguf/quant.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define CW_GGUF_MAX_DIMS 4
 #define CW_GGUF_MAX_NAME 64 /* tensor names are shorter than this (as ggml) */
 #define CW_GGUF_DEFAULT_ALIGNMENT 32
@@ -186,5 +190,9 @@ int cw_gguf_writer_finish(struct cw_gguf_writer *w, int fd, struct cw_err *err);
 /* Convenience for small files (tests): header + every tensor from data[i]. */
 int cw_gguf_writer_write_file(struct cw_gguf_writer *w, const char *path,
                               const void *const *data, struct cw_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -18,6 +18,10 @@
 #include "base/err.h"
 #include "gguf/gguf.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define CW_MAX_LAYERS 256
 
 enum cw_arch { CW_ARCH_QWEN35MOE, CW_ARCH_QWEN35 };
@@ -135,5 +139,9 @@ uint64_t cw_qwen35_state_bytes_per_seq(const struct cw_qwen35_hparams *hp);
  * n_expert of a routed-expert tensor, 0 for the MTP block, all otherwise. */
 uint64_t cw_qwen35_decode_bytes(const struct cw_qwen35_hparams *hp,
                                 const struct cw_qwen35_tensor *t, uint64_t nbytes);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

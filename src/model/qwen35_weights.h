@@ -20,6 +20,10 @@
 #include "gguf/gguf.h"
 #include "model/qwen35.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* One bound tensor, or a row/expert view of one. ne is GGUF order: a matrix
  * is {n_in, n_out} (n_out rows of n_in), experts {n_in, n_out, n_expert}.
  * nb1 = bytes per row; nb2 = bytes from one expert to the next (differs from
@@ -120,5 +124,9 @@ static inline int64_t cw_qwen35_conv_channels(const struct cw_qwen35_hparams *hp
 {
     return 2 * (int64_t)hp->ssm_n_k_heads * hp->ssm_d_state + (int64_t)hp->ssm_inner;
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
