@@ -1,10 +1,15 @@
 /* cuda.h — the C interface of the CUDA backend; the only CUDA header C code
  * includes. Everything here returns 0 or -1 with a cw_err; no call aborts.
- * Built only when nvcc is found (CWEN_HAVE_CUDA). */
+ * Built only when nvcc is found (CWEN_HAVE_CUDA).
+ *
+ * struct cw_cuda is one device's context (STYLE §8): its stream, cuBLAS
+ * handle, properties and a scratch arena; every launcher takes it first.
+ * Device pointers are plain void * / float * in C. */
 #ifndef CW_CUDA_H
 #define CW_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/err.h"
 
@@ -25,6 +30,30 @@ struct cw_cuda_device_info {
 int cw_cuda_device_count(int *out, struct cw_err *err);
 
 int cw_cuda_device_info(int dev, struct cw_cuda_device_info *out, struct cw_err *err);
+
+/* ---- one device's context ----------------------------------------------- */
+
+struct cw_cuda; /* opaque in C; defined in cuda_common.cuh */
+
+/* Opens device dev: selects it, creates a non-blocking stream and a cuBLAS
+ * handle bound to it. CW_ERR_UNSUPPORTED when there is no such device. */
+int cw_cuda_open(struct cw_cuda **out, int dev, struct cw_err *err);
+void cw_cuda_close(struct cw_cuda *c);
+const struct cw_cuda_device_info *cw_cuda_info(const struct cw_cuda *c);
+
+/* Plain device memory (cudaMalloc), and copies ordered on c's stream. */
+int cw_cuda_alloc(struct cw_cuda *c, void **p, size_t bytes, struct cw_err *err);
+void cw_cuda_free(struct cw_cuda *c, void *p);
+int cw_cuda_upload(struct cw_cuda *c, void *dst, const void *src, size_t bytes, struct cw_err *err);
+int cw_cuda_download(struct cw_cuda *c, void *dst, const void *src, size_t bytes,
+                     struct cw_err *err);
+int cw_cuda_memset(struct cw_cuda *c, void *dst, int byte, size_t bytes, struct cw_err *err);
+/* Waits for everything queued on c's stream; reports an asynchronous kernel fault. */
+int cw_cuda_sync(struct cw_cuda *c, struct cw_err *err);
+
+/* Device-to-device copy bandwidth, GB/s counting bytes read + written, over
+ * a buffer of `bytes` (the benchmark's ceiling). */
+int cw_cuda_copy_bandwidth(struct cw_cuda *c, size_t bytes, double *gbps, struct cw_err *err);
 
 #ifdef __cplusplus
 }

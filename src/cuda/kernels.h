@@ -1,0 +1,165 @@
+/* kernels.h — the launchers of the CUDA kernels: what cuda_forward.cu
+ * sequences and what tests/gpu/ checks against the CPU reference.
+ *
+ * Plain C (tests include it): every pointer named d_* or documented "device"
+ * is device memory; everything is enqueued on c's stream and returns 0, or
+ * -1 with err set (bad shape or type, launch failure). No launcher
+ * synchronises or allocates: scratch comes from the caller, so that a decode
+ * step can be captured in a CUDA graph. Values that change from one decode
+ * step to the next (token ids, positions) are read from device memory for
+ * the same reason.
+ *
+ * Layouts follow the CPU backend (cpu_*.h): activations are row-major
+ * [n_tok][width] f32; a weight matrix is n_out rows of n_in elements in its
+ * GGUF block type, row r at W + r*row_bytes; expert e of a stacked tensor
+ * starts at W + e*expert_bytes.
+ *
+ * Determinism (backend contract): a token's outputs never depend on how many
+ * other tokens share the launch, and never on timing: every reduction runs
+ * in a fixed order, no floating-point atomics. */
+#ifndef CW_CUDA_KERNELS_H
+#define CW_CUDA_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "cuda/cuda.h"
+#include "gguf/quant.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- quantised matrix products (k_gemv.cu, k_gemm.cu) -------------------- */
+
+/* Whether the CUDA kernels read this weight type. */
+bool cw_k_supports(enum cw_qtype type);
+
+struct cw_k_mat {
+    enum cw_qtype type;
+    const void *d_w;    /* device */
+    size_t row_bytes;   /* bytes from one row to the next */
+    size_t expert_bytes;/* stacked experts: bytes from one expert to the next (else 0) */
+    int64_t n_in;       /* elements per row, a multiple of the type's block */
+    int64_t n_out;      /* rows (per expert) */
+};
+
+/* y[t][r] = Σ_i W[r][i]·x[t][i] for t < n_tok, r < n_out, then
+ *   add:   y[t][r] += the result instead of =
+ *   d_scale_logit != NULL: the result is first scaled by σ(d_scale_logit[t])
+ *                          (the shared expert's gate)
+ * x [n_tok][ldx], y [n_tok][ldy] device f32. Any n_tok >= 1: small n_tok
+ * (decode, drafts) reads W once for all tokens; large n_tok (prefill) may go
+ * through tensor cores on dequantised tiles (k_gemm.cu) — the launcher picks,
+ * and a token's bits may differ between those two regimes but never within
+ * one regime with the batch size. */
+int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const float *d_x, int64_t ldx,
+                int64_t n_tok, float *d_y, int64_t ldy, bool add, const float *d_scale_logit,
+                void *d_scratch, struct cw_err *err);
+
+/* Bytes of d_scratch cw_k_matmul needs for n_tok tokens of W (0 if none);
+ * the caller allocates the max over its matrices once. */
+size_t cw_k_matmul_scratch(const struct cw_k_mat *W, int64_t n_tok);
+
+/* Routed experts, gate and up fused with SwiGLU:
+ *   for t < n_tok, k < K: e = d_ids[t*K+k];
+ *   act[t*K+k][r] = silu(G_e[r]·x[t]) · (U_e[r]·x[t]),  r < G->n_out
+ * G, U: stacked experts (expert_bytes set); x [n_tok][n_in], act [n_tok*K][n_ff]. */
+int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G, const struct cw_k_mat *U,
+                     const float *d_x, const int32_t *d_ids, int K, int64_t n_tok,
+                     float *d_act, void *d_scratch, struct cw_err *err);
+
+/* Routed experts' down projection, weighted sum and residual add:
+ *   h[t][r] += Σ_k d_wts[t*K+k] · (D_{ids[t*K+k]}[r] · act[t*K+k])
+ * with the sum over k in order k = 0..K-1. h [n_tok][D->n_out]. */
+int cw_k_moe_down(struct cw_cuda *c, const struct cw_k_mat *D, const float *d_act,
+                  const int32_t *d_ids, const float *d_wts, int K, int64_t n_tok, float *d_h,
+                  void *d_scratch, struct cw_err *err);
+
+/* Bytes of d_scratch the two MoE launchers need for n_tok tokens over X
+ * experts (e.g. tokens grouped by expert for prefill); 0 if none. */
+size_t cw_k_moe_scratch(const struct cw_k_mat *G, int X, int K, int64_t n_tok);
+
+/* Dequantises rows [r0, r0+n) of W (expert e) to f32 [n][n_in] (tests, embeddings). */
+int cw_k_dequant_rows(struct cw_cuda *c, const struct cw_k_mat *W, int64_t e, int64_t r0,
+                      int64_t n, float *d_y, struct cw_err *err);
+
+/* ---- element-wise and per-row ops (k_norm.cu) ---------------------------- */
+
+/* h += d_add (when d_add != NULL), then y = RMSNorm(h)·w over rows of n:
+ * h, d_add [n_rows][n], y [n_rows][ldy]. eps as the model's. */
+int cw_k_add_rmsnorm(struct cw_cuda *c, float *d_h, const float *d_add, const float *d_w,
+                     float *d_y, int64_t ldy, int64_t n, int64_t n_rows, float eps,
+                     struct cw_err *err);
+
+/* y[i] = silu(g[i]) · u[i] over n values (y may alias g). */
+int cw_k_swiglu(struct cw_cuda *c, float *d_y, const float *d_g, const float *d_u, int64_t n,
+                struct cw_err *err);
+
+/* Embedding rows: y[t] = dequant(table[d_tokens[t]]), t < n_tok. */
+int cw_k_get_rows(struct cw_cuda *c, const struct cw_k_mat *table, const int32_t *d_tokens,
+                  int64_t n_tok, float *d_y, struct cw_err *err);
+
+/* ---- MoE routing and sampling (k_moe.cu, k_sample.cu) ------------------- */
+
+/* Per token: softmax over the X router logits, the top K probabilities
+ * (ties to the lower index), renormalised to sum 1. ids/wts [n_tok][K]. */
+int cw_k_moe_route(struct cw_cuda *c, const float *d_logits, int X, int K, int64_t n_tok,
+                   int32_t *d_ids, float *d_wts, struct cw_err *err);
+
+/* out[t] = argmax of logits row t (V values; the lowest index wins a tie). */
+int cw_k_argmax(struct cw_cuda *c, const float *d_logits, int64_t V, int64_t n_tok,
+                int32_t *d_out, struct cw_err *err);
+
+/* ---- Gated DeltaNet core (k_deltanet.cu) --------------------------------- */
+
+struct cw_k_deltanet_dims {
+    int n_k_head, n_v_head, d_k, d_v, d_conv; /* Hk, Hv, dk, dv, taps */
+    float eps;
+};
+
+struct cw_k_deltanet_w {
+    const float *d_conv;    /* [C][d_conv] */
+    const float *d_dt_bias; /* [Hv] */
+    const float *d_ssm_a;   /* [Hv] */
+    const float *d_norm;    /* [dv] */
+};
+
+/* The CPU's cw_deltanet_forward (cpu_deltanet.h: same inputs, same state
+ * layout conv [C][d_conv-1], delta [Hv][dv][dk], same order of steps) for
+ * n_tok consecutive tokens of one sequence; state updated in place. */
+int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
+                  const struct cw_k_deltanet_w *w, float *d_conv_state, float *d_delta_state,
+                  int64_t n_tok, const float *d_m, const float *d_z, const float *d_beta_logit,
+                  const float *d_alpha, float *d_y, struct cw_err *err);
+
+/* ---- gated attention core (k_attn.cu) ------------------------------------ */
+
+struct cw_k_attn_dims {
+    int n_head, n_head_kv, head_dim;
+    float eps;
+    int n_rot;          /* rotated dims per head */
+    float freq_base;
+    int sections[4];    /* IMROPE sections (text: all equal to the position) */
+};
+
+/* The CPU's cw_attn_forward (cpu_attn.h) for n_tok tokens at positions
+ * *d_pos0 .. *d_pos0+n_tok-1 (d_pos0: device int64): q/k RMSNorm, RoPE,
+ * K/V appended as f16 to rows of k_cache/v_cache ([n_ctx][Hkv*hd]), causal
+ * GQA softmax over rows 0..pos, output gated by σ(gate).
+ *   P [n_tok][2*H*hd] (per head q | gate), k, v [n_tok][Hkv*hd], out [n_tok][H*hd]
+ * n_ctx bounds the cache (checked on the device: a position past it writes
+ * nothing). scratch: cw_k_attn_scratch bytes. */
+int cw_k_attn(struct cw_cuda *c, const struct cw_k_attn_dims *d, const float *d_q_norm,
+              const float *d_k_norm, cw_f16 *d_k_cache, cw_f16 *d_v_cache, int64_t n_ctx,
+              const int64_t *d_pos0, int64_t n_tok, const float *d_P, const float *d_k,
+              const float *d_v, float *d_out, void *d_scratch, struct cw_err *err);
+
+size_t cw_k_attn_scratch(const struct cw_k_attn_dims *d, int64_t n_tok, int64_t n_ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
