@@ -91,14 +91,19 @@ static int with_logits(struct cw_backend *b, const struct cw_fwd_out *o, int64_t
     return 0;
 }
 
-static int cpu_forward(struct cw_backend *b, struct cw_bseq *s, const int32_t *tokens, int64_t n,
-                       const struct cw_fwd_out *out, struct cw_err *err)
+/* Both passes: the main model (hidden_prev NULL) or the MTP block. */
+static int run_pass(struct cw_backend *b, struct cw_bseq *s, const int32_t *tokens,
+                    const float *hidden_prev, int64_t n, const struct cw_fwd_out *out,
+                    struct cw_err *err)
 {
     struct cw_fwd_out o;
     if (with_logits(b, out, n, &o, err))
         return -1;
-    int rc = cw_cpu_forward(&cpu_of(b)->m, &s->s, tokens, n, o.logits, o.all_logits, o.hidden,
-                            err);
+    struct cw_cpu_model *m = &cpu_of(b)->m;
+    int rc = hidden_prev ? cw_cpu_forward_mtp(m, &s->s, tokens, hidden_prev, n, o.logits,
+                                              o.all_logits, o.hidden, err)
+                         : cw_cpu_forward(m, &s->s, tokens, n, o.logits, o.all_logits, o.hidden,
+                                          err);
     if (!rc && o.argmax && o.logits)
         fill_argmax(b, &o, n);
     if (o.logits != out->logits)
@@ -106,20 +111,19 @@ static int cpu_forward(struct cw_backend *b, struct cw_bseq *s, const int32_t *t
     return rc;
 }
 
+static int cpu_forward(struct cw_backend *b, struct cw_bseq *s, const int32_t *tokens, int64_t n,
+                       const struct cw_fwd_out *out, struct cw_err *err)
+{
+    return run_pass(b, s, tokens, NULL, n, out, err);
+}
+
 static int cpu_forward_mtp(struct cw_backend *b, struct cw_bseq *s, const int32_t *tokens,
                            const float *hidden_prev, int64_t n, const struct cw_fwd_out *out,
                            struct cw_err *err)
 {
-    struct cw_fwd_out o;
-    if (with_logits(b, out, n, &o, err))
-        return -1;
-    int rc = cw_cpu_forward_mtp(&cpu_of(b)->m, &s->s, tokens, hidden_prev, n, o.logits,
-                                o.all_logits, o.hidden, err);
-    if (!rc && o.argmax && o.logits)
-        fill_argmax(b, &o, n);
-    if (o.logits != out->logits)
-        free(o.logits);
-    return rc;
+    if (!hidden_prev)
+        return cw_errf(err, CW_ERR_INVALID, "cpu: mtp: no hidden states given");
+    return run_pass(b, s, tokens, hidden_prev, n, out, err);
 }
 
 static const struct cw_backend_ops cpu_ops = {
