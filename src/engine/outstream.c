@@ -4,22 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/grow.h"
 #include "engine/outstream.h"
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q)
-        return -1;
-    *p = q;
-    *cap = c;
-    return 0;
-}
 
 static int emit(struct cw_outstream *g, enum cwen_ev_type type, const char *s, size_t n, int tool)
 {
@@ -47,8 +33,8 @@ static int on_chat(void *user, const struct cw_chat_event *ev)
         g->n_targs = g->n_tdelta = 0;
         return g->tname ? 0 : -1;
     case CW_CHAT_EV_TOOL_ARGS:
-        if (grow((void **)&g->targs, &g->cap_targs, g->n_targs + ev->len, 1) < 0 ||
-            grow((void **)&g->tdelta, &g->cap_tdelta, g->n_tdelta + 1, sizeof(size_t)) < 0)
+        if (cw_grow((void **)&g->targs, &g->cap_targs, g->n_targs + ev->len, 1) < 0 ||
+            cw_grow((void **)&g->tdelta, &g->cap_tdelta, g->n_tdelta + 1, sizeof(size_t)) < 0)
             return -1;
         memcpy(g->targs + g->n_targs, ev->text, ev->len);
         g->n_targs += ev->len;
@@ -116,7 +102,7 @@ static int push_text(struct cw_outstream *g, const char *s, size_t n, struct cw_
         return 0;
     if (!g->p->n_stop)
         return release(g, s, n, err);
-    if (grow((void **)&g->pending, &g->cap_pending, g->n_pending + n, 1) < 0)
+    if (cw_grow((void **)&g->pending, &g->cap_pending, g->n_pending + n, 1) < 0)
         return cw_errf(err, CW_ERR_NOMEM, "generate: out of memory");
     memcpy(g->pending + g->n_pending, s, n);
     g->n_pending += n;

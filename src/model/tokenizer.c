@@ -6,6 +6,7 @@
  * follows llama.cpp's llama-vocab.cpp and unicode.cpp (facts, not code):
  * the split is llama.cpp's hand-written matcher, not a general regex engine,
  * and its quirks (U+FFFD for bad bytes, per-fragment splitting) are kept. */
+#include "base/grow.h"
 #include "model/tokenizer.h"
 
 #include <stdlib.h>
@@ -667,24 +668,9 @@ struct scratch {
     size_t heap_n, heap_cap;
 };
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q)
-        return -1;
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
 static int push_id(struct cw_tokens *out, int32_t id)
 {
-    if (out->n == out->cap && grow((void **)&out->ids, &out->cap, out->n + 1, sizeof *out->ids) < 0)
+    if (out->n == out->cap && cw_grow((void **)&out->ids, &out->cap, out->n + 1, sizeof *out->ids) < 0)
         return -1;
     out->ids[out->n++] = id;
     return 0;
@@ -777,7 +763,7 @@ static int heap_push(struct scratch *s, const struct cw_tokenizer *t, int32_t l,
     int32_t res;
     if (!merge_find(t, b.lid, b.rid, &b.rank, &res))
         return 0;
-    if (grow((void **)&s->heap, &s->heap_cap, s->heap_n + 1, sizeof *s->heap) < 0)
+    if (cw_grow((void **)&s->heap, &s->heap_cap, s->heap_n + 1, sizeof *s->heap) < 0)
         return -1;
     size_t i = s->heap_n++;
     while (i > 0) {
@@ -834,16 +820,16 @@ static int bpe_word(const struct cw_tokenizer *t, struct scratch *s, const uint8
         return emit(t, t->byte_id[w[0]], out);
     size_t cap = s->sym_cap;
     if (n > cap) {
-        if (grow((void **)&s->sid, &cap, n, sizeof *s->sid) < 0)
+        if (cw_grow((void **)&s->sid, &cap, n, sizeof *s->sid) < 0)
             return -1;
         cap = s->sym_cap;
-        if (grow((void **)&s->sprev, &cap, n, sizeof *s->sprev) < 0)
+        if (cw_grow((void **)&s->sprev, &cap, n, sizeof *s->sprev) < 0)
             return -1;
         cap = s->sym_cap;
-        if (grow((void **)&s->snext, &cap, n, sizeof *s->snext) < 0)
+        if (cw_grow((void **)&s->snext, &cap, n, sizeof *s->snext) < 0)
             return -1;
         cap = s->sym_cap;
-        if (grow((void **)&s->slen, &cap, n, sizeof *s->slen) < 0)
+        if (cw_grow((void **)&s->slen, &cap, n, sizeof *s->slen) < 0)
             return -1;
         s->sym_cap = cap;
     }
@@ -885,17 +871,17 @@ static int tokenize_text(const struct cw_tokenizer *t, struct scratch *s, const 
 {
     size_t cap = s->cp_cap;
     if (n + 1 > cap) {
-        if (grow((void **)&s->cp, &cap, n + 1, sizeof *s->cp) < 0)
+        if (cw_grow((void **)&s->cp, &cap, n + 1, sizeof *s->cp) < 0)
             return -1;
         cap = s->cp_cap;
-        if (grow((void **)&s->off, &cap, n + 1, sizeof *s->off) < 0)
+        if (cw_grow((void **)&s->off, &cap, n + 1, sizeof *s->off) < 0)
             return -1;
         cap = s->cp_cap;
-        if (grow((void **)&s->cls, &cap, n + 1, sizeof *s->cls) < 0)
+        if (cw_grow((void **)&s->cls, &cap, n + 1, sizeof *s->cls) < 0)
             return -1;
         s->cp_cap = cap;
     }
-    if (grow((void **)&s->norm, &s->norm_cap, 3 * n + 4, 1) < 0)
+    if (cw_grow((void **)&s->norm, &s->norm_cap, 3 * n + 4, 1) < 0)
         return -1;
     size_t m = 0, o = 0;
     for (size_t i = 0; i < n;) {
@@ -949,7 +935,7 @@ void cw_tokens_free(struct cw_tokens *out)
 
 static int frag_push(struct scratch *s, int k, size_t *n, size_t off, size_t len, int32_t id)
 {
-    if (grow((void **)&s->fr[k], &s->fr_cap[k], *n + 1, sizeof *s->fr[k]) < 0)
+    if (cw_grow((void **)&s->fr[k], &s->fr_cap[k], *n + 1, sizeof *s->fr[k]) < 0)
         return -1;
     s->fr[k][(*n)++] = (struct frag){off, len, id};
     return 0;
