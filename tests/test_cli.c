@@ -224,7 +224,7 @@ static void test_sigint(void)
         return;
     }
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "exec '%s' run -m '%s' -t 2 -c 8192 -p 'Hello' -n 8000 --temp 1 2>'%s'", bin, model,
+    snprintf(cmd, sizeof cmd, "exec '%s' run -m '%s' -t 2 -c 8192 -p 'Hello' -n 8000 --temp 1 --seed 1 2>'%s'", bin, model,
              err_path);
     pid_t pid = fork();
     if (pid == 0) {
