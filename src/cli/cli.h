@@ -6,5 +6,7 @@
 int cw_cmd_inspect(int argc, char **argv);
 int cw_cmd_mkmodel(int argc, char **argv);
 int cw_cmd_serve(int argc, char **argv);
+int cw_cmd_run(int argc, char **argv);
+int cw_cmd_chat(int argc, char **argv);
 
 #endif

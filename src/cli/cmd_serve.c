@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/gen.h"
 #include "cwen.h"
 
 static void usage(FILE *f)
@@ -26,8 +27,9 @@ static void usage(FILE *f)
             "  --port N           port (default 8080; 0 picks a free one)\n"
             "  --api-key KEY      require KEY (Authorization: Bearer KEY or x-api-key: KEY);\n"
             "                     also read from $CWEN_API_KEY\n"
-            "  --threads N        forward threads (default: all CPUs)\n"
-            "  --ctx N            context per request, prompt + output (default min(train, 8192))\n"
+            "  --backend NAME     cpu | cuda | auto (default auto: the GPU when present)\n"
+            "  -t, --threads N    forward threads (default: all CPUs)\n"
+            "  -c, --ctx N        context per request, prompt + output (default min(train, 8192))\n"
             "  --queue N          requests that may wait behind the running one (default 16)\n"
             "  --log-level L      error | warn | info (default) | debug\n");
 }
@@ -52,7 +54,7 @@ static int int_arg(const char *opt, const char *v, long lo, long hi, long *out)
 
 int cw_cmd_serve(int argc, char **argv)
 {
-    const char *model = NULL, *host = "127.0.0.1", *key = getenv("CWEN_API_KEY");
+    const char *model = NULL, *host = "127.0.0.1", *key = getenv("CWEN_API_KEY"), *backend = NULL;
     long port = 8080, threads = 0, ctx = 0, queue = 16;
     enum cw_log level = CW_LOG_INFO;
     for (int i = 1; i < argc; i += 2) {
@@ -67,13 +69,19 @@ int cw_cmd_serve(int argc, char **argv)
             host = v;
         else if (!strcmp(a, "--api-key"))
             key = v;
-        else if (!strcmp(a, "--port")) {
+        else if (!strcmp(a, "--backend")) {
+            if (v && !cw_cli_backend_ok(v)) {
+                fprintf(stderr, "cwen serve: unknown backend \"%s\" (expected cpu, cuda or auto)\n", v);
+                return 2;
+            }
+            backend = v;
+        } else if (!strcmp(a, "--port")) {
             if (int_arg(a, v, 0, 65535, &port))
                 return 2;
-        } else if (!strcmp(a, "--threads")) {
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (int_arg(a, v, 0, 1024, &threads))
                 return 2;
-        } else if (!strcmp(a, "--ctx")) {
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
             if (int_arg(a, v, 0, 1L << 30, &ctx))
                 return 2;
         } else if (!strcmp(a, "--queue")) {
@@ -131,7 +139,8 @@ int cw_cmd_serve(int argc, char **argv)
             cw_server_port(s), key ? " (API key required)" : "", model);
     fflush(stderr);
     cwen *e = NULL;
-    struct cwen_opts eo = {.path = model, .n_threads = (int)threads, .n_ctx = ctx};
+    struct cwen_opts eo = {.path = model, .n_threads = (int)threads, .n_ctx = ctx,
+                           .backend = backend};
     if (cwen_open(&e, &eo, &err) < 0) {
         fprintf(stderr, "cwen serve: %s\n", err.msg);
         cw_server_stop(s);
@@ -139,8 +148,9 @@ int cw_cmd_serve(int argc, char **argv)
     }
     const struct cwen_info *in = cwen_get_info(e);
     cw_server_set_engine(s, e);
-    fprintf(stderr, "cwen serve: ready: %s (%s, %s), context %lld, %d threads\n", in->model_name,
-            in->file_name, in->arch, (long long)in->n_ctx, in->n_threads);
+    fprintf(stderr, "cwen serve: ready: %s (%s, %s), context %lld, %s backend, %d threads\n",
+            in->model_name, in->file_name, in->arch, (long long)in->n_ctx, in->backend,
+            in->n_threads);
     fflush(stderr);
     int sig = 0;
     sigwait(&sigs, &sig);
