@@ -45,6 +45,28 @@ struct stage_of {
     enum { BYTES = (32 / T::UPB) * T::BB, TILE = (BYTES + 15 + 15) / 16 * 16, GMAX = (TILE / 16 + 31) / 32 };
 };
 
+/* Staged formats: loads the 16-byte granules that cover blocks [b0, b1) of
+ * round ub (units ub..ub+31) of each row; off: where block b0 starts in its
+ * first granule, ng: granules. */
+template <class T>
+static __device__ __forceinline__ void stage_load(const uint8_t *const *rows, int ub, int nb,
+                                                  int lane, uint4 (&v)[R][stage_of<T>::GMAX],
+                                                  int (&off)[R], int (&ng)[R])
+{
+    int b0 = ub / T::UPB, b1 = min(b0 + 32 / T::UPB, nb);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        uintptr_t s0 = (uintptr_t)(rows[r] + (size_t)b0 * T::BB), a0 = s0 & ~(uintptr_t)15;
+        uintptr_t s1 = (uintptr_t)(rows[r] + (size_t)b1 * T::BB);
+        off[r] = (int)(s0 - a0);
+        ng[r] = (int)((s1 - a0 + 15) / 16);
+#pragma unroll
+        for (int k = 0; k < stage_of<T>::GMAX; k++)
+            if (lane + 32 * k < ng[r])
+                v[r][k] = __ldg((const uint4 *)a0 + lane + 32 * k);
+    }
+}
+
 /* acc[r][t] = W_r · x_t for the R rows and NT tokens; every lane gets the
  * sums. stg: this warp's R*TILE bytes of shared memory (staged formats). */
 template <class T, int NT>
@@ -59,6 +81,10 @@ static __device__ __forceinline__ void mv_dot(const uint8_t *const *rows, const 
 #pragma unroll
         for (int t = 0; t < NT; t++)
             acc[r][t] = 0.0f;
+    uint4 v[R][S::GMAX];
+    int off[R], ng[R];
+    if (!T::DIRECT)
+        stage_load<T>(rows, 0, nb, lane, v, off, ng);
     for (int ub = 0; ub < nu; ub += 32) {
         int u = ub + lane;
         bool on = u < nu;
@@ -69,21 +95,9 @@ static __device__ __forceinline__ void mv_dot(const uint8_t *const *rows, const 
             for (int r = 0; r < R; r++)
                 bp[r] = rows[r] + (size_t)blk * T::BB;
         } else {
-            /* stage blocks [b0, b1) of each row: all loads first, then stores */
-            int b0 = ub / T::UPB, b1 = min(b0 + 32 / T::UPB, nb);
-            uint4 v[R][S::GMAX];
-            int off[R], ng[R];
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                uintptr_t s0 = (uintptr_t)(rows[r] + (size_t)b0 * T::BB), a0 = s0 & ~(uintptr_t)15;
-                uintptr_t s1 = (uintptr_t)(rows[r] + (size_t)b1 * T::BB);
-                off[r] = (int)(s0 - a0);
-                ng[r] = (int)((s1 - a0 + 15) / 16);
-#pragma unroll
-                for (int k = 0; k < S::GMAX; k++)
-                    if (lane + 32 * k < ng[r])
-                        v[r][k] = __ldg((const uint4 *)a0 + lane + 32 * k);
-            }
+            /* this round's bytes (loaded last round) into the stage, then
+             * the next round's loads go out while this one computes */
+            int b0 = ub / T::UPB;
 #pragma unroll
             for (int r = 0; r < R; r++)
 #pragma unroll
@@ -94,6 +108,8 @@ static __device__ __forceinline__ void mv_dot(const uint8_t *const *rows, const 
 #pragma unroll
             for (int r = 0; r < R; r++)
                 bp[r] = stg + r * S::TILE + off[r] + (blk - b0) * T::BB;
+            if (ub + 32 < nu)
+                stage_load<T>(rows, ub + 32, nb, lane, v, off, ng);
         }
         if (on) {
             float w[R][32];
