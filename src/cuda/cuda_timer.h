@@ -15,7 +15,8 @@ typedef int (*cw_cuda_work_fn)(void *ctx, int rep, struct cw_err *err);
 
 /* Runs fn reps times (after 2 untimed warm-up calls, and behind a spin
  * kernel so that every rep is queued before the first starts: short kernels
- * would otherwise time the host's launches), each between two events, and returns the median of the reps' GPU times in milliseconds. */
+ * would otherwise time the host's launches), each between two events, and
+ * returns the median of the reps' GPU times in milliseconds. */
 int cw_cuda_time(struct cw_cuda *c, cw_cuda_work_fn fn, void *ctx, int reps, double *median_ms,
                  struct cw_err *err);
 

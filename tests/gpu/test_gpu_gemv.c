@@ -426,6 +426,8 @@ static void check_refusals(void)
 struct bench {
     struct cw_k_mat W[256], D[256];
     int n_copies, moe;
+    int64_t n_tok;
+    void *scratch;
     float *x, *y, *act, *h, *wts;
     int32_t *ids;
 };
@@ -439,15 +441,17 @@ static int bench_rep(void *ctx, int rep, struct cw_err *err)
         return cw_k_moe_gate_up(C, &b->W[i], &b->D[i], b->x, ids, 8, 1, b->act, NULL, err);
     if (b->moe == 2)
         return cw_k_moe_down(C, &b->W[i], b->act, ids, b->wts, 8, 1, b->h, NULL, err);
-    return cw_k_matmul(C, &b->W[i], b->x, b->W[i].n_in, 1, b->y, b->W[i].n_out, false, NULL, NULL,
-                       err);
+    return cw_k_matmul(C, &b->W[i], b->x, b->W[i].n_in, b->n_tok, b->y, b->W[i].n_out, false,
+                       NULL, b->scratch, err);
 }
 
 /* Weights rotated over copies beyond 2x L2 (60 MB) so each rep streams from
  * HBM; bytes counted are the weight bytes read (x and y are noise). */
-static void bench_one(enum cw_qtype type, int64_t n_in, int64_t n_out, int moe, double peak)
+static void bench_one(enum cw_qtype type, int64_t n_in, int64_t n_out, int moe, int64_t n_tok,
+                      double peak)
 {
     struct bench b = {0};
+    b.n_tok = n_tok;
     size_t rb = cw_qtype_row_bytes(type, n_in), bytes = rb * n_out;
     int X = moe ? 256 : 1;
     size_t total = bytes * X * (moe == 1 ? 2 : 1);
@@ -466,8 +470,10 @@ static void bench_one(enum cw_qtype type, int64_t n_in, int64_t n_out, int moe, 
             b.D[i].d_w = u;
         }
     }
-    b.x = dalloc(sizeof(float) * 8 * 65536);
-    b.y = dalloc(sizeof(float) * 262144);
+    b.x = dalloc(sizeof(float) * 512 * 8192);
+    b.y = dalloc(sizeof(float) * 512 * 8192);
+    size_t ns = cw_k_matmul_scratch(&b.W[0], n_tok);
+    b.scratch = ns ? dalloc(ns) : NULL;
     b.act = dalloc(sizeof(float) * 8 * 8192);
     b.h = dalloc(sizeof(float) * 8192);
     b.wts = dalloc(sizeof(float) * 8);
@@ -476,23 +482,28 @@ static void bench_one(enum cw_qtype type, int64_t n_in, int64_t n_out, int moe, 
     for (int j = 0; j < 8 * 64; j++)
         ids[j] = (j * 37 + 11) % 256;
     up(b.ids, ids, sizeof ids);
-    CK(cw_cuda_memset(C, b.x, 0, sizeof(float) * 8 * 65536, &E));
+    CK(cw_cuda_memset(C, b.x, 0, sizeof(float) * 512 * 8192, &E));
     CK(cw_cuda_memset(C, b.act, 0, sizeof(float) * 8 * 8192, &E));
     CK(cw_cuda_memset(C, b.wts, 0, sizeof(float) * 8, &E));
     double ms = 0;
     CK(cw_cuda_time(C, bench_rep, &b, 200, &ms, &E));
     double read = moe == 1 ? 2.0 * 8 * bytes : moe == 2 ? 8.0 * bytes : (double)bytes;
     double gbs = read / (ms * 1e-3) / 1e9;
-    note("bench %-12s %s %6lld x %5lld: %8.2f us  %7.1f GB/s  (%.0f%% of copy bw %.0f)",
-         moe == 1 ? "moe_gate_up" : moe == 2 ? "moe_down" : "gemv", cw_qtype_name(type),
-         (long long)n_out, (long long)n_in, ms * 1e3, gbs, 100 * gbs / peak, peak);
+    if (n_tok > 1)
+        note("bench matmul %s %6lld x %5lld n_tok %3lld: %8.2f us  %6.1f TFLOP/s  weights %7.1f GB/s",
+             cw_qtype_name(type), (long long)n_out, (long long)n_in, (long long)n_tok, ms * 1e3,
+             2.0 * n_out * n_in * n_tok / (ms * 1e-3) / 1e12, gbs);
+    else
+        note("bench %-12s %s %6lld x %5lld: %8.2f us  %7.1f GB/s  (%.0f%% of copy bw %.0f)",
+             moe == 1 ? "moe_gate_up" : moe == 2 ? "moe_down" : "gemv", cw_qtype_name(type),
+             (long long)n_out, (long long)n_in, ms * 1e3, gbs, 100 * gbs / peak, peak);
     for (int i = 0; i < b.n_copies; i++) {
         cw_cuda_free(C, (void *)b.W[i].d_w);
         if (moe == 1)
             cw_cuda_free(C, (void *)b.D[i].d_w);
     }
     cw_cuda_free(C, b.x), cw_cuda_free(C, b.y), cw_cuda_free(C, b.act), cw_cuda_free(C, b.h);
-    cw_cuda_free(C, b.wts), cw_cuda_free(C, b.ids);
+    cw_cuda_free(C, b.wts), cw_cuda_free(C, b.ids), cw_cuda_free(C, b.scratch);
 }
 
 static void bench(void)
@@ -505,13 +516,18 @@ static void bench(void)
     static const int64_t outs[] = {512, 2048, 8192};
     for (int t = 0; t < 6; t++)
         for (int o = 0; o < 3; o++)
-            bench_one(bt[t], 2048, outs[o], 0, peak);
-    bench_one(CW_TYPE_Q4_K, 8192, 2048, 0, peak);
-    bench_one(CW_TYPE_Q6_K, 2048, 248320, 0, peak);
-    bench_one(CW_TYPE_Q8_0, 2048, 248320, 0, peak);
-    bench_one(CW_TYPE_Q4_K, 2048, 512, 1, peak);
-    bench_one(CW_TYPE_Q4_K, 512, 2048, 2, peak);
-    bench_one(CW_TYPE_Q6_K, 512, 2048, 2, peak);
+            bench_one(bt[t], 2048, outs[o], 0, 1, peak);
+    bench_one(CW_TYPE_Q4_K, 8192, 2048, 0, 1, peak);
+    bench_one(CW_TYPE_Q4_K, 2048, 248320, 0, 1, peak);
+    bench_one(CW_TYPE_Q6_K, 2048, 248320, 0, 1, peak);
+    bench_one(CW_TYPE_Q8_0, 2048, 248320, 0, 1, peak);
+    bench_one(CW_TYPE_Q4_K, 2048, 512, 1, 1, peak);
+    bench_one(CW_TYPE_Q4_K, 512, 2048, 2, 1, peak);
+    bench_one(CW_TYPE_Q6_K, 512, 2048, 2, 1, peak);
+    bench_one(CW_TYPE_Q4_K, 2048, 8192, 0, 8, peak);
+    bench_one(CW_TYPE_Q4_K, 2048, 8192, 0, 32, peak);
+    bench_one(CW_TYPE_Q4_K, 2048, 8192, 0, 512, peak);
+    bench_one(CW_TYPE_Q6_K, 2048, 8192, 0, 512, peak);
 }
 
 int main(void)
