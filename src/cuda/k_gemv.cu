@@ -22,7 +22,17 @@
  * (batch invariance). Error: a lane's chain has L = 32*ceil(n_in/1024)
  * terms (n_in/32 for n_in >= 1024; 32 below), the butterfly 5 more
  * additions, so |y - Σ w x| <= (L + 5) 2^-24 Σ|w x| (first order); the scale
- * and add epilogue adds a rounding of the result each. */
+ * and add epilogue adds a rounding of the result each.
+ *
+ * Measured on an H200 (tests/gpu/test_gpu_gemv.c, CWEN_GPU_BENCH=1; copy
+ * bandwidth 4.2 TB/s): LM head 248320x2048 q6_K 2.4 TB/s, q4_K 1.8, q8_0
+ * 1.5; 2048-row matrices ~6.5 us (latency: 2 rounds per warp, 2-8 warps
+ * per SM). What bounds the large ones: each lane's x loads cover its own 32
+ * elements, so one warp-wide float4 load of x touches ~16 cache lines (L1
+ * wavefronts), about 128 cycles per round against ~20 for the weights. Next
+ * step: keep a unit's x in registers and loop over more rows per warp (x
+ * loaded once for R = 8 rows), and split n_in over the warps of a block for
+ * the short rows (MoE down, n_in = 512, uses 16 lanes of 32 today). */
 #include <stdio.h>
 
 #include "cuda/k_quant.cuh"
