@@ -437,12 +437,11 @@ size_t cw_k_attn_scratch(const struct cw_k_attn_dims *d, int64_t n_tok, int64_t 
 {
     (void)n_ctx; // the chunk count is fixed (AT_NC), whatever the context
     const size_t q = (size_t)n_tok * d->n_head * d->head_dim * sizeof(float);
-    size_t n = AT_FLAG_BYTES + align256(q);
-    if (n_tok <= AT_SPLIT_MAX) {
-        const size_t slots = (size_t)n_tok * d->n_head * AT_NC;
-        n += align256(slots * 2 * sizeof(float)) + align256(slots * d->head_dim * sizeof(float));
-    }
-    return n;
+    // Partials for up to AT_SPLIT_MAX tokens whatever n_tok, so that the
+    // size for n_tok serves every call of at most n_tok tokens.
+    const size_t slots = (size_t)(n_tok < AT_SPLIT_MAX ? n_tok : AT_SPLIT_MAX) * d->n_head * AT_NC;
+    return AT_FLAG_BYTES + align256(q) + align256(slots * 2 * sizeof(float)) +
+           align256(slots * d->head_dim * sizeof(float));
 }
 
 template <int G> static int launch(struct cw_cuda *c, const at_args &a, struct cw_err *err)
