@@ -1,5 +1,6 @@
-/* cuda_timer.h — GPU time of enqueued work, for the benchmarks in tests/gpu
- * (plain C; CUDA events recorded on the context's stream around each rep). */
+/* cuda_timer.h — device time of enqueued work on a context's stream (CUDA
+ * events), for the benchmarks and the GPU tests' timing modes: a start/stop
+ * timer, and the median over queued repetitions. The kernels never use it. */
 #ifndef CW_CUDA_TIMER_H
 #define CW_CUDA_TIMER_H
 
@@ -9,6 +10,15 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+struct cw_cuda_timer; /* two events on c's stream */
+
+int cw_cuda_timer_open(struct cw_cuda *c, struct cw_cuda_timer **out, struct cw_err *err);
+void cw_cuda_timer_close(struct cw_cuda_timer *t);
+/* Records the start on the stream. */
+int cw_cuda_timer_start(struct cw_cuda_timer *t, struct cw_err *err);
+/* Records the stop, waits for it, and gives the device time since start. */
+int cw_cuda_timer_stop(struct cw_cuda_timer *t, double *us /* OUT */, struct cw_err *err);
 
 /* Enqueues one repetition (rep = 0, 1, ...) on c's stream; 0 or -1 with err. */
 typedef int (*cw_cuda_work_fn)(void *ctx, int rep, struct cw_err *err);
