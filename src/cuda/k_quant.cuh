@@ -59,7 +59,7 @@ static __device__ __forceinline__ uint32_t kq_u32(const uint8_t *p)
 }
 static __device__ __forceinline__ float kq_h(const uint8_t *p)
 {
-    return cw_f16_to_f32((uint16_t)kq_u16(p));
+    return cw_dev_f16_to_f32((uint16_t)kq_u16(p));
 }
 
 /* 4 table lookups at once: bytes of idx (each < 16) index the 16 int8 of t;
@@ -152,8 +152,8 @@ struct kt_f16x {
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 uint16_t lo = (uint16_t)(v[k] & 0xFFFF), hi = (uint16_t)(v[k] >> 16);
-                w[8 * r + 2 * k] = BF ? cw_bf16_to_f32(lo) : cw_f16_to_f32(lo);
-                w[8 * r + 2 * k + 1] = BF ? cw_bf16_to_f32(hi) : cw_f16_to_f32(hi);
+                w[8 * r + 2 * k] = BF ? cw_dev_bf16_to_f32(lo) : cw_dev_f16_to_f32(lo);
+                w[8 * r + 2 * k + 1] = BF ? cw_dev_bf16_to_f32(hi) : cw_dev_f16_to_f32(hi);
             }
         }
     }
@@ -355,7 +355,7 @@ static __device__ __forceinline__ void kq_k4_unit(const uint8_t *b, int p, float
     uint4 hv = make_uint4(0, 0, 0, 0);
     if (Q5)
         hv = __ldg((const uint4 *)(b + 16 + 16 * hf));
-    float d = cw_f16_to_f32((uint16_t)(hd.x & 0xFFFF)), dmin = cw_f16_to_f32((uint16_t)(hd.x >> 16));
+    float d = cw_dev_f16_to_f32((uint16_t)(hd.x & 0xFFFF)), dmin = cw_dev_f16_to_f32((uint16_t)(hd.x >> 16));
     uint32_t q[4] = {qv.x, qv.y, qv.z, qv.w}, qh[4] = {hv.x, hv.y, hv.z, hv.w};
 #pragma unroll
     for (int h = 0; h < 2; h++) {

@@ -223,12 +223,9 @@ int cw_qtype_from_name(const char *name);
 size_t cw_qtype_row_bytes(uint32_t type, int64_t n);
 
 /* Scalar conversions, exact (round to nearest even for f32 -> f16/bf16).
- * Under nvcc, cuda/cuda_common.cuh defines the two widening ones for device
- * code under the same names, so they are not declared here. */
-#ifndef __CUDACC__
+ * (Device code has its own: cw_dev_* in cuda/cuda_common.cuh.) */
 float cw_f16_to_f32(cw_f16 h);
 float cw_bf16_to_f32(cw_bf16 h);
-#endif
 cw_f16 cw_f32_to_f16(float f);
 cw_bf16 cw_f32_to_bf16(float f);
 
