@@ -11,6 +11,7 @@ struct subcommand {
 };
 
 static const struct subcommand commands[] = {
+    {"bench", cw_cmd_bench, "time prefill and decode on a backend (llama-bench-like table)"},
     {"inspect", cw_cmd_inspect, "print a GGUF's metadata, tensors and memory budget"},
     {"mkmodel", cw_cmd_mkmodel, "write a synthetic Qwen3.6 GGUF (random weights, real shapes)"},
     {"serve", cw_cmd_serve, "serve a model over HTTP (OpenAI, Anthropic and native APIs)"},
