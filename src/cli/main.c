@@ -13,6 +13,7 @@ struct subcommand {
 static const struct subcommand commands[] = {
     {"run", cw_cmd_run, "complete a prompt (raw text), streamed"},
     {"chat", cw_cmd_chat, "chat through the model's template: one question, or turns from stdin"},
+    {"bench", cw_cmd_bench, "time prefill and decode on a backend (llama-bench-like table)"},
     {"inspect", cw_cmd_inspect, "print a GGUF's metadata, tensors and memory budget"},
     {"mkmodel", cw_cmd_mkmodel, "write a synthetic Qwen3.6 GGUF (random weights, real shapes)"},
     {"serve", cw_cmd_serve, "serve a model over HTTP (OpenAI, Anthropic and native APIs)"},

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# bench-gpu.sh — cwen on one H200 against llama.cpp's reference numbers
+# (BENCHMARKS.md), for the device machine.
+#
+# Builds cwen for sm_90 (Release), generates the 35B-A3B and 27B Q4_K_M files
+# into /dev/shm (timed), runs `cwen bench --backend cuda` on each (pp512,
+# pp2048, tg128 at depth 0 and 16384; 3 timed runs after a warm-up) and prints
+# one table: metric | cwen | llama.cpp | ratio, plus the device copy bandwidth
+# and the achieved decode bandwidth. A model or a test that fails is reported
+# and the rest still runs; the exit code is 1 when anything failed.
+#
+# Environment (defaults in brackets):
+#   CWEN_VOCAB, CWEN_TEMPLATE  tokenizer GGUF and chat template for mkmodel
+#                              (needed where the llama.cpp oracle is absent)
+#   BENCH_MODELS ["35b-a3b 27b"]  BENCH_DIR [/dev/shm]  BENCH_BUILD [build-gpu]
+#   BENCH_ARGS ["-p 512,2048 -n 128 -d 0,16384 -r 3"]  BENCH_REGEN=1 rewrites files
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+MODELS=${BENCH_MODELS:-"35b-a3b 27b"}
+DIR=${BENCH_DIR:-/dev/shm}
+BUILD=${BENCH_BUILD:-build-gpu}
+ARGS=${BENCH_ARGS:-"-p 512,2048 -n 128 -d 0,16384 -r 3"}
+JOBS=$(nproc)
+status=0
+
+echo "== building cwen (Release, sm_90) in $BUILD"
+if ! { cmake -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null &&
+       cmake --build "$BUILD" -j"$JOBS" --target cwen >/dev/null; }; then
+    echo "bench-gpu: build failed" >&2
+    exit 1
+fi
+CWEN=$BUILD/cwen
+
+gen_args=()
+[ -n "${CWEN_VOCAB:-}" ] && gen_args+=(--vocab "$CWEN_VOCAB")
+[ -n "${CWEN_TEMPLATE:-}" ] && gen_args+=(--template "$CWEN_TEMPLATE")
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+for m in $MODELS; do
+    f=$DIR/bench-$m-q4_k_m.gguf
+    if [ ! -f "$f" ] || [ "${BENCH_REGEN:-0}" = 1 ]; then
+        echo "== generating $f"
+        t0=$(date +%s.%N)
+        if ! "$CWEN" mkmodel --preset "$m" --mix q4_k_m --threads "$JOBS" "${gen_args[@]}" -o "$f"; then
+            echo "bench-gpu: generating $m failed" >&2
+            rm -f "$f"
+            echo "{\"test\": \"(model)\", \"error\": \"generation failed\"}" >"$out/$m.jsonl"
+            status=1
+            continue
+        fi
+        t1=$(date +%s.%N)
+        echo "generation of $m: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
+    fi
+    echo "== $CWEN bench -m $f --backend cuda $ARGS --json"
+    # shellcheck disable=SC2086 # ARGS is a list of options
+    if ! "$CWEN" bench -m "$f" --backend cuda $ARGS --json >"$out/$m.jsonl" 2>"$out/$m.err"; then
+        echo "bench-gpu: cwen bench on $m reported a failure:" >&2
+        grep -v ' \.\.\.$' "$out/$m.err" >&2
+        status=1
+        # a failure before any test leaves no JSON: keep its message for the table
+        if [ ! -s "$out/$m.jsonl" ]; then
+            msg=$(tail -n 1 "$out/$m.err" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read().strip()))')
+            echo "{\"test\": \"(model)\", \"error\": $msg}" >"$out/$m.jsonl"
+        fi
+    fi
+done
+
+python3 - "$out" $MODELS <<'EOF'
+import json, os, sys
+
+out, models = sys.argv[1], sys.argv[2:]
+# The llama.cpp column: the peer measured on the same machine kind (one H200,
+# llama.cpp v0.5.0, sm_90a, flash attention and CUDA graphs on), copied from
+# BENCHMARKS.md ("The peer"). Not re-measured by this script.
+PEER = {
+    "35b-a3b": {"pp512": 5460, "pp2048": 9540, "tg128": 232, "tg128@d16384": 232},
+    "27b": {"pp512": 2480, "pp2048": 2620, "tg128": 82, "tg128@d16384": 79},
+}
+
+def load(m):
+    rows = {}
+    p = os.path.join(out, m + ".jsonl")
+    if os.path.exists(p):
+        for line in open(p):
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    j = json.loads(line)
+                except ValueError:
+                    continue
+                rows[j.get("test", "?")] = j
+    return rows
+
+print()
+print(f"| {'metric':<26} | {'cwen t/s (median [min-max])':>34} | {'llama.cpp':>9} | {'ratio':>6} |")
+print(f"| {'-'*26} | {'-'*33}: | {'-'*8}: | {'-'*5}: |")
+notes = []
+for m in models:
+    rows, peer = load(m), PEER.get(m, {})
+    if "(model)" in rows:
+        print(f"| {m + ' (all)':<26} | {'error: ' + rows['(model)']['error'][:27]:>34} | {'-':>9} | {'-':>6} |")
+        continue
+    for t in list(peer) + [t for t in rows if t not in peer]:
+        j, ref = rows.get(t), peer.get(t)
+        if j is None:
+            cell, ratio = "not run", "-"
+        elif "error" in j:
+            cell, ratio = "error: " + j["error"][:27], "-"
+        else:
+            cell = f"{j['tps_median']:.1f} [{j['tps_min']:.1f}-{j['tps_max']:.1f}]"
+            ratio = f"{j['tps_median'] / ref:.2f}x" if ref else "-"
+        print(f"| {m + ' ' + t:<26} | {cell:>34} | {ref if ref else '-':>9} | {ratio:>6} |")
+        if j and "bytes_per_token" in j:
+            line = (f"{m} {t}: {j['bytes_per_token'] / 1e9:.3f} GB/token (weights "
+                    f"{j['bytes_weights'] / 1e9:.3f}, DeltaNet state r+w {j['bytes_state'] / 1e9:.3f}, "
+                    f"K/V {j['bytes_kv'] / 1e9:.3f}) -> achieved {j['decode_gbps']:.0f} GB/s")
+            if "copy_gbps" in j:
+                line += (f" = {j['copy_pct']:.1f}% of the copy bandwidth {j['copy_gbps']:.0f} GB/s"
+                         f" (limit {j['copy_gbps'] * 1e9 / j['bytes_per_token']:.0f} tok/s)")
+            line += f"; logits fnv1a64 {j['logits_fnv1a64']}, ids {j['ids_fnv1a64']}"
+            if not j.get("ids_same_all_runs", True):
+                line += " (ids DIFFER between runs)"
+            notes.append(line)
+print()
+for n in notes:
+    print(n)
+EOF
+exit $status
