@@ -3,6 +3,7 @@
 #ifndef CW_CLI_H
 #define CW_CLI_H
 
+int cw_cmd_debug_dump(int argc, char **argv); /* tools/debug_dump.c */
 int cw_cmd_inspect(int argc, char **argv);
 int cw_cmd_mkmodel(int argc, char **argv);
 int cw_cmd_serve(int argc, char **argv);

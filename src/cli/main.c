@@ -11,6 +11,7 @@ struct subcommand {
 };
 
 static const struct subcommand commands[] = {
+    {"debug-dump", cw_cmd_debug_dump, "per-op activations of the CPU forward, vs a llama.cpp dump"},
     {"inspect", cw_cmd_inspect, "print a GGUF's metadata, tensors and memory budget"},
     {"mkmodel", cw_cmd_mkmodel, "write a synthetic Qwen3.6 GGUF (random weights, real shapes)"},
     {"serve", cw_cmd_serve, "serve a model over HTTP (OpenAI, Anthropic and native APIs)"},
@@ -21,7 +22,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: cwen <command> [options]   (cwen <command> --help for each)\n\n"
                "commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
 }
 
 int main(int argc, char **argv)
