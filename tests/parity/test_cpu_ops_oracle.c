@@ -17,9 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpu/cpu_attn.h"
 #include "cpu/cpu_deltanet.h"
+#include "cpu/cpu_gemv.h"
 #include "cpu/cpu_moe.h"
 #include "cpu/cpu_ops.h"
 #include "ggml-backend.h"
@@ -29,6 +31,13 @@
 #include "model/qwen35.h"
 #include "oracle.h"
 #include "../test.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 /* ---- capture of named tensors ---- */
 struct cap {
@@ -141,6 +150,15 @@ static void check(const char *op, double bound, const float *got, const struct c
     ok(e <= bound, "%s (%s): rel err %.3g > %.3g", op, ref->name, e, bound);
 }
 
+/* one model's table, then a fresh one */
+static void print_stats(const char *label)
+{
+    printf("# %s: op (phase): worst rel err over all layers and calls / bound\n", label);
+    for (int i = 0; i < n_stats; i++)
+        printf("#   %-44s %.3g / %.3g (%d checks)\n", stats[i].op, stats[i].worst, stats[i].bound, stats[i].n);
+    n_stats = 0;
+}
+
 /* ---- weights from the GGUF ---- */
 static float *weight(const struct cw_gguf *g, const char *fmt, int il, int64_t *n_out)
 {
@@ -179,6 +197,7 @@ static void run_model(const char *label, const char *args)
 {
     const char *bin = test_env("CWEN_BIN", "cwen"), *tmp = test_env("CWEN_TMP", "/tmp");
     char path[512], cmd[2048];
+    double t0 = now_s();
     snprintf(path, sizeof path, "%s/cpuops-%s.gguf", tmp, label);
     snprintf(cmd, sizeof cmd, "\"%s\" mkmodel -o \"%s\" %s --seed 7 --threads 2 >/dev/null", bin, path, args);
     if (system(cmd) != 0) {
@@ -445,6 +464,18 @@ static void run_model(const char *label, const char *args)
             cw_rms_norm_rows(buf, last->data, w_on, E, n, hp.eps);
             check(OP("rms_norm output_norm"), 1e-5, buf, get(&cs, 0, "result_norm", -1), (int64_t)E * n);
         }
+        /* LM head: the same Q8_K rows of llama.cpp's result_norm through cwen's matmul */
+        const struct cap *rn = get(&cs, 0, "result_norm", -1), *ro = get(&cs, 0, "result_output", -1);
+        const struct cw_gguf_tensor *ow = cw_gguf_find_tensor(&g, "output.weight");
+        if (rn && ro && ow) {
+            float *lg = malloc(sizeof(float) * nel(ro));
+            void *mscr = malloc(cw_cpu_matmul_scratch(ow->type, ow->ne[0], n) + 64);
+            cw_cpu_matmul(NULL, ow->type, ow->data, ow->ne[0], ow->ne[1], rn->data, n, lg, mscr);
+            check(OP("lm head matmul"), 1e-5, lg, ro, ow->ne[1] * n);
+            free(lg), free(mscr);
+        } else {
+            ok(0, "%s: result_norm / result_output / output.weight missing", label);
+        }
         free(w_on);
         pos += n;
     }
@@ -461,6 +492,9 @@ static void run_model(const char *label, const char *args)
         llama_free(ctx);
     llama_model_free(model);
     cw_gguf_close(&g);
+    remove(path);
+    note("%s: %.1f s", label, now_s() - t0);
+    print_stats(label);
 }
 
 int main(void)
@@ -474,8 +508,11 @@ int main(void)
     /* GQA 3 with 2 kv heads and 3 v-heads per k-head: tells blocked from
      * modulo mapping apart, and tiled from grouped v-heads */
     run_model("wide-dense", "--preset tiny-dense --no-mtp --std 0.3 --heads 6 --kv-heads 2 --k-heads 2 --v-heads 6");
-    printf("# op (phase): worst rel err over all layers and calls / bound\n");
-    for (int i = 0; i < n_stats; i++)
-        printf("#   %-44s %.3g / %.3g (%d checks)\n", stats[i].op, stats[i].worst, stats[i].bound, stats[i].n);
+    /* the real widths, few layers (one attention layer: the 4th), Qwen3's
+     * 151,936-row vocabulary: 35B-A3B (E 2048, 256 experts top 8, H 16/2,
+     * DeltaNet 16 k / 32 v heads) and dense 27B (E 5120, ff 17408, H 24/4,
+     * DeltaNet 16 k / 48 v heads) */
+    run_model("35b-a3b-width", "--preset 35b-a3b --layers 4 --vocab-size 151936 --no-mtp --std 0.05");
+    run_model("27b-width", "--preset 27b --layers 4 --vocab-size 151936 --no-mtp --std 0.05");
     return done();
 }
