@@ -68,8 +68,8 @@ static double now_s(void)
 #define MIN_CLEAR 0.55
 /* The real-width file: `--preset 35b-a3b --layers 4 --vocab-size 151936`
  * with MTP (E 2048, 256 experts top 8, H 16/2, DeltaNet 16 k / 32 v heads;
- * layer 3 is attention), weight std 0.05, in CI by default (~2.9 GB, ~6 min
- * on 2 busy cores, most of it llama.cpp's 128 token-by-token calls).
+ * layer 3 is attention), weight std 0.05, in CI by default (~2.9 GB, ~2 min
+ * on 2 cores, most of it llama.cpp's 128 token-by-token calls; 8 GB RSS).
  *
  * Why row 0 differs at real widths (it was 2.3e-2 at std 0.3 and read as
  * "3.5e-7 at std 0.05"): it is not the weight scale. `cwen debug-dump` against
