@@ -4,6 +4,7 @@
 #define CW_CLI_H
 
 int cw_cmd_bench(int argc, char **argv); /* bench/bench.c */
+int cw_cmd_debug_dump(int argc, char **argv); /* tools/debug_dump.c */
 int cw_cmd_inspect(int argc, char **argv);
 int cw_cmd_mkmodel(int argc, char **argv);
 int cw_cmd_serve(int argc, char **argv);

@@ -102,6 +102,8 @@ int cw_cpu_model_init(struct cw_cpu_model *m, const struct cw_qwen35_weights *w,
     m->w = w;
     m->pool = pool;
     m->n_ctx_max = n_ctx_max > 0 ? n_ctx_max : (int64_t)w->hp.n_ctx_train;
+    m->tap = NULL;
+    m->tap_ctx = NULL;
     return 0;
 }
 
@@ -327,6 +329,14 @@ void cw_cpu_seq_free(struct cw_cpu_seq *s)
  * quantises activations as llama.cpp's CPU backend does and gives the same
  * bits for a token whether it comes alone or in a batch. */
 
+/* the observer, if any: rows [n][width] under llama.cpp's name (layer -1: none) */
+static inline void tap(const struct cw_cpu_model *m, const char *name, int layer,
+                       const float *x, int64_t n, int64_t width)
+{
+    if (m->tap)
+        m->tap(m->tap_ctx, name, layer, x, n, width);
+}
+
 static void mm(const struct cw_cpu_model *m, struct ws *w, const struct cw_wt *t,
                const float *x, int64_t n, float *y)
 {
@@ -342,39 +352,52 @@ static void get_row(const struct cw_wt *t, int64_t row, float *y)
 
 /* Gated DeltaNet, §3.2: projections, then the recurrent core, then ssm_out. */
 static int deltanet(const struct cw_cpu_model *m, struct ws *w, const struct cw_qwen35_ssm_w *l,
-                    struct cw_cpu_layer_cache *c, int64_t n, struct cw_err *err)
+                    struct cw_cpu_layer_cache *c, int il, int64_t n, struct cw_err *err)
 {
     const struct cw_deltanet_dims dd = dn_dims(&m->w->hp);
+    const int64_t C = cw_deltanet_channels(&dd), VD = (int64_t)dd.n_v_head * dd.d_v;
     const struct cw_deltanet_weights dw = {l->conv1d.data, l->dt.data, l->a.data, l->norm.data};
     struct cw_deltanet_state st = {c->conv, c->delta};
     mm(m, w, &l->qkv, w->x, n, w->m);       /* q | k | v channels, before the conv */
     mm(m, w, &l->gate, w->x, n, w->z);      /* z: output gate */
     mm(m, w, &l->beta, w->x, n, w->beta);   /* β logits */
     mm(m, w, &l->alpha, w->x, n, w->alpha); /* decay input */
+    tap(m, "linear_attn_qkv_mixed", il, w->m, n, C);
+    tap(m, "z", il, w->z, n, VD);
+    tap(m, "beta", il, w->beta, n, dd.n_v_head);
+    tap(m, "alpha", il, w->alpha, n, dd.n_v_head);
     if (cw_deltanet_forward(&dd, &dw, &st, n, w->m, w->z, w->beta, w->alpha, w->y,
                             w->dn_scratch, err))
         return -1;
+    tap(m, "final_output", il, w->y, n, VD); /* conv, gates, delta rule, gated norm */
     mm(m, w, &l->out, w->y, n, w->sub_out);
+    tap(m, "linear_attn_out", il, w->sub_out, n, m->w->hp.n_embd);
     return 0;
 }
 
 /* Gated full attention, §3.3: projections, the attention core (q/k norm,
  * RoPE, K/V append, causal GQA, sigmoid gate), then attn_output. */
 static int attention(const struct cw_cpu_model *m, struct cw_cpu_seq *s, struct ws *w,
-                     const struct cw_qwen35_attn_w *l, struct cw_cpu_layer_cache *c,
+                     const struct cw_qwen35_attn_w *l, struct cw_cpu_layer_cache *c, int il,
                      int64_t pos0, int64_t n, struct cw_err *err)
 {
     const struct cw_attn_dims ad = attn_dims(&m->w->hp);
+    const int64_t QN = (int64_t)ad.n_head * ad.head_dim, KN = (int64_t)ad.n_head_kv * ad.head_dim;
     const struct cw_attn_weights aw = {l->q_norm.data, l->k_norm.data};
     if (kv_reserve(s, m, &c->kv, pos0 + n, err))
         return -1;
     mm(m, w, &l->q, w->x, n, w->P); /* per head [q | gate] */
     mm(m, w, &l->k, w->x, n, w->k);
     mm(m, w, &l->v, w->x, n, w->v);
+    tap(m, "Qcur_full", il, w->P, n, 2 * QN);
+    tap(m, "Kcur", il, w->k, n, KN);
+    tap(m, "Vcur", il, w->v, n, KN);
     if (cw_attn_forward(&ad, &aw, &c->kv, pos0, n, w->P, w->k, w->v, w->ao, s->attn_scratch,
                         err))
         return -1;
+    tap(m, "attn_gated", il, w->ao, n, QN); /* norms, RoPE, softmax(QK)V, gate */
     mm(m, w, &l->o, w->ao, n, w->sub_out);
+    tap(m, "attn_output", il, w->sub_out, n, m->w->hp.n_embd);
     return 0;
 }
 
@@ -382,31 +405,42 @@ static int attention(const struct cw_cpu_model *m, struct cw_cpu_seq *s, struct 
  * selected experts' SwiGLU through the expert matmul, the shared expert
  * scaled by its sigmoid gate, summed in llama.cpp's order. */
 static int moe(const struct cw_cpu_model *m, struct ws *w, const struct cw_qwen35_moe_w *l,
-               int64_t n, struct cw_err *err)
+               int il, int64_t n, struct cw_err *err)
 {
     const struct cw_qwen35_hparams *hp = &m->w->hp;
     const int64_t E = hp->n_embd, X = hp->n_expert, K = hp->n_expert_used;
     const int64_t F = hp->n_ff_exp, S = hp->n_ff_shexp;
     /* router (f32 weights: activations stay f32) */
     mm(m, w, &l->gate_inp, w->x, n, w->rlog);
+    tap(m, "ffn_moe_logits", il, w->rlog, n, X);
     for (int64_t t = 0; t < n; t++)
         if (cw_moe_route((int)X, (int)K, w->rlog + t * X, w->probs, w->sel + t * K,
                          w->wts + t * K, err))
             return -1;
+    tap(m, "ffn_moe_weights_norm", il, w->wts, n, K); /* top-k, renormalised */
     /* routed experts: gate and up read the token's row, down the slot's */
     cw_cpu_matmul_id(m->pool, l->gate_exps.type, l->gate_exps.data, l->gate_exps.nb2, E, F,
                      w->x, 0, w->sel, K, n, w->eg, w->mm_scratch);
     cw_cpu_matmul_id(m->pool, l->up_exps.type, l->up_exps.data, l->up_exps.nb2, E, F, w->x, 0,
                      w->sel, K, n, w->eu, w->mm_scratch);
+    tap(m, "ffn_moe_gate", il, w->eg, n * K, F);
+    tap(m, "ffn_moe_up", il, w->eu, n * K, F);
     cw_swiglu(w->eg, w->eg, w->eu, n * K * F);
+    tap(m, "ffn_moe_swiglu", il, w->eg, n * K, F);
     cw_cpu_matmul_id(m->pool, l->down_exps.type, l->down_exps.data, l->down_exps.nb2, F, E,
                      w->eg, 1, w->sel, K, n, w->eo, w->mm_scratch);
+    tap(m, "ffn_moe_down", il, w->eo, n * K, E);
     /* shared expert and its scalar gate */
     mm(m, w, &l->gate_shexp, w->x, n, w->sg);
     mm(m, w, &l->up_shexp, w->x, n, w->su);
+    tap(m, "ffn_gate", il, w->sg, n, S);
+    tap(m, "ffn_up", il, w->su, n, S);
     cw_swiglu(w->sg, w->sg, w->su, n * S);
+    tap(m, "ffn_swiglu", il, w->sg, n, S);
     mm(m, w, &l->down_shexp, w->sg, n, w->so);
+    tap(m, "ffn_shexp", il, w->so, n, E);
     mm(m, w, &l->gate_inp_shexp, w->x, n, w->sgate);
+    tap(m, "shared_expert_gate", il, w->sgate, n, 1);
     /* Σ_k w_k·expert_k + σ(gate)·shared */
     for (int64_t t = 0; t < n; t++)
         cw_moe_combine(E, (int)K, w->wts + t * K, w->eo + t * K * E, w->so + t * E,
@@ -416,19 +450,23 @@ static int moe(const struct cw_cpu_model *m, struct ws *w, const struct cw_qwen3
 
 /* Dense SwiGLU FFN, §3.5. */
 static void dense_ffn(const struct cw_cpu_model *m, struct ws *w, const struct cw_qwen35_ffn_w *l,
-                      int64_t n)
+                      int il, int64_t n)
 {
+    const int64_t F = m->w->hp.n_ff;
     mm(m, w, &l->gate, w->x, n, w->fg);
     mm(m, w, &l->up, w->x, n, w->fu);
-    cw_swiglu(w->fg, w->fg, w->fu, n * (int64_t)m->w->hp.n_ff);
+    tap(m, "ffn_gate", il, w->fg, n, F);
+    tap(m, "ffn_up", il, w->fu, n, F);
+    cw_swiglu(w->fg, w->fg, w->fu, n * F);
+    tap(m, "ffn_swiglu", il, w->fg, n, F);
     mm(m, w, &l->down, w->fg, n, w->sub_out);
 }
 
 /* ---- one block, §3.1 -------------------------------------------------------------
  * h [n][E] is the residual stream, updated in place. pos0: position of row 0. */
 static int block(const struct cw_cpu_model *m, struct cw_cpu_seq *s,
-                 const struct cw_qwen35_layer_w *l, struct cw_cpu_layer_cache *c, int64_t pos0,
-                 int64_t n, struct cw_err *err)
+                 const struct cw_qwen35_layer_w *l, struct cw_cpu_layer_cache *c, int il,
+                 int64_t pos0, int64_t n, struct cw_err *err)
 {
     struct ws *w = s->ws;
     const struct cw_qwen35_hparams *hp = &m->w->hp;
@@ -436,33 +474,38 @@ static int block(const struct cw_cpu_model *m, struct cw_cpu_seq *s,
 
     /* 1. attn_norm */
     cw_rms_norm_rows(w->x, w->h, l->attn_norm.data, E, n, hp->eps);
+    tap(m, "attn_norm", il, w->x, n, E);
     /* 2. token mixer */
     switch (l->kind) {
     case CW_LAYER_DELTANET:
-        if (deltanet(m, w, &l->ssm, c, n, err))
+        if (deltanet(m, w, &l->ssm, c, il, n, err))
             return -1;
         break;
     case CW_LAYER_ATTENTION:
-        if (attention(m, s, w, &l->attn, c, pos0, n, err))
+        if (attention(m, s, w, &l->attn, c, il, pos0, n, err))
             return -1;
         break;
     }
     /* 3. residual */
     cw_add(w->h, w->h, w->sub_out, n * E);
+    tap(m, "attn_residual", il, w->h, n, E);
     /* 4. post_attention_norm: the pre-FFN norm */
     cw_rms_norm_rows(w->x, w->h, l->post_attn_norm.data, E, n, hp->eps);
+    tap(m, "attn_post_norm", il, w->x, n, E);
     /* 5. FFN */
     switch (hp->arch) {
     case CW_ARCH_QWEN35MOE:
-        if (moe(m, w, &l->moe, n, err))
+        if (moe(m, w, &l->moe, il, n, err))
             return -1;
         break;
     case CW_ARCH_QWEN35:
-        dense_ffn(m, w, &l->ffn, n);
+        dense_ffn(m, w, &l->ffn, il, n);
         break;
     }
+    tap(m, "ffn_out", il, w->sub_out, n, E);
     /* 6. residual */
     cw_add(w->h, w->h, w->sub_out, n * E);
+    tap(m, "l_out", il, w->h, n, E);
     return 0;
 }
 
@@ -491,12 +534,14 @@ static void head(const struct cw_cpu_model *m, struct ws *w, const struct cw_wt 
 {
     const int64_t E = m->w->hp.n_embd;
     cw_rms_norm_rows(w->hn, w->h, norm->data, E, n, m->w->hp.eps);
+    tap(m, "result_norm", -1, w->hn, n, E);
     if (hidden)
         memcpy(hidden, w->hn, (size_t)(n * E) * sizeof(float));
     if (all_logits)
         mm(m, w, lm, w->hn, n, logits);
     else
         mm(m, w, lm, w->hn + (n - 1) * E, 1, logits);
+    tap(m, "result_output", -1, logits, all_logits ? n : 1, lm->ne[1]);
 }
 
 int cw_cpu_forward(struct cw_cpu_model *m, struct cw_cpu_seq *s, const int32_t *tokens,
@@ -512,9 +557,10 @@ int cw_cpu_forward(struct cw_cpu_model *m, struct cw_cpu_seq *s, const int32_t *
     /* embedding lookup: one dequantised row per token, no scaling */
     for (int64_t t = 0; t < n; t++)
         get_row(&W->token_embd, tokens[t], w->h + t * E);
+    tap(m, "model.input_embed", -1, w->h, n, E);
     /* the layers */
     for (uint32_t il = 0; il < W->hp.n_layer; il++)
-        if (block(m, s, &W->layers[il], &s->layers[il], s->n_past, n, err))
+        if (block(m, s, &W->layers[il], &s->layers[il], (int)il, s->n_past, n, err))
             return cw_err_prefix(err, "layer %u", il);
     /* output_norm, LM head */
     head(m, w, &W->output_norm, &W->output, n, logits, all_logits, hidden);
@@ -544,8 +590,8 @@ int cw_cpu_forward_mtp(struct cw_cpu_model *m, struct cw_cpu_seq *s, const int32
         cw_rms_norm(w->cat + t * 2 * E + E, hidden_prev + t * E, mt->hnorm.data, E, W->hp.eps);
     }
     mm(m, w, &mt->eh_proj, w->cat, n, w->h);
-    /* one full-attention block with its own K/V */
-    if (block(m, s, &mt->layer, &s->mtp, s->mtp_n_past, n, err))
+    /* one full-attention block with its own K/V (layer index n_layer, as llama.cpp's) */
+    if (block(m, s, &mt->layer, &s->mtp, (int)W->hp.n_layer, s->mtp_n_past, n, err))
         return cw_err_prefix(err, "mtp block");
     /* shared_head_norm, LM head */
     head(m, w, &mt->shared_head_norm, lm, n, logits, all_logits, hidden_out);

@@ -21,11 +21,20 @@
 #include "cpu/cpu_attn.h"
 #include "model/qwen35_weights.h"
 
+/* An observer of intermediate activations (cwen debug-dump): called after
+ * each labelled step with llama.cpp's name of that tensor (attn_norm,
+ * ffn_moe_logits, ...; the caller appends "-<layer>" when layer >= 0) and
+ * its rows data[n_rows][width]. The data is borrowed for the call only. */
+typedef void (*cw_cpu_tap_fn)(void *ctx, const char *name, int layer, const float *data,
+                              int64_t n_rows, int64_t width);
+
 /* The weights (borrowed) and the threads (borrowed) the forward runs on. */
 struct cw_cpu_model {
     const struct cw_qwen35_weights *w;
     struct cw_pool *pool; /* NULL: run on the calling thread */
     int64_t n_ctx_max;    /* positions a sequence may reach */
+    cw_cpu_tap_fn tap;    /* NULL (set by init): off */
+    void *tap_ctx;
 };
 
 /* Checks that the CPU backend has kernels for every tensor type of w (the

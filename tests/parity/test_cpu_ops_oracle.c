@@ -11,15 +11,24 @@
  * flash path rounds q to f16 and sums p·V in an f16 buffer; cwen keeps f32:
  * 3e-3). Carried state is checked too: cwen's conv / delta state and KV
  * cache, advanced by cwen from llama.cpp's inputs, must equal the state
- * llama.cpp reads at the next call. CWEN_ORACLE_VERBOSE=2 lists the graph. */
+ * llama.cpp reads at the next call. The LM head (and in the MTP block
+ * eh_proj and attn_output) goes through cwen's matmul on llama.cpp's input:
+ * same Q8 activation rows, so 1e-5. Models: the tiny presets, and the real
+ * widths over 4 layers (35B-A3B with its MTP block, dense 27B) at weight
+ * std 0.05. The MTP block runs in llama.cpp's MTP context (v0.5.0 has one:
+ * LLAMA_CONTEXT_TYPE_MTP, tensors mtp_*), prefill and decode, checked op by
+ * op the same way. Tables per model; CWEN_OPS_ONLY=label runs one model;
+ * CWEN_ORACLE_VERBOSE=2 lists the graph. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpu/cpu_attn.h"
 #include "cpu/cpu_deltanet.h"
+#include "cpu/cpu_gemv.h"
 #include "cpu/cpu_moe.h"
 #include "cpu/cpu_ops.h"
 #include "ggml-backend.h"
@@ -29,6 +38,13 @@
 #include "model/qwen35.h"
 #include "oracle.h"
 #include "../test.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 /* ---- capture of named tensors ---- */
 struct cap {
@@ -105,7 +121,7 @@ struct opstat {
     double bound, worst;
     int n;
 };
-static struct opstat stats[96];
+static struct opstat stats[160];
 static int n_stats;
 
 static void check(const char *op, double bound, const float *got, const struct cap *ref, int64_t n)
@@ -141,6 +157,15 @@ static void check(const char *op, double bound, const float *got, const struct c
     ok(e <= bound, "%s (%s): rel err %.3g > %.3g", op, ref->name, e, bound);
 }
 
+/* one model's table, then a fresh one */
+static void print_stats(const char *label)
+{
+    printf("# %s: op (phase): worst rel err over all layers and calls / bound\n", label);
+    for (int i = 0; i < n_stats; i++)
+        printf("#   %-44s %.3g / %.3g (%d checks)\n", stats[i].op, stats[i].worst, stats[i].bound, stats[i].n);
+    n_stats = 0;
+}
+
 /* ---- weights from the GGUF ---- */
 static float *weight(const struct cw_gguf *g, const char *fmt, int il, int64_t *n_out)
 {
@@ -174,11 +199,206 @@ struct layer_state {
 };
 
 enum { N_PROMPT = 12, N_DECODE = 3, N_CTX = 64 };
+#define OP(s) (snprintf(op, sizeof op, "%s %s", s, ph), op)
+
+/* ---- the MTP block, teacher-forced in llama.cpp's MTP context ----
+ * llama.cpp v0.5.0 runs the nextn block (layer n_layer) in a context of
+ * type LLAMA_CONTEXT_TYPE_MTP, its tensors named mtp_* (build_qkv's raw
+ * the MoE's ffn_moe_* keep their usual names). The input
+ * hidden rows are a fixed pseudo-random pattern (what the main pass gives
+ * does not matter op by op). One prompt batch, then single-token decodes on
+ * the block's own K/V. */
+static float *mtp_weight(const struct cw_gguf *g, const char *role, int il, const char *fallback)
+{
+    char name[96];
+    snprintf(name, sizeof name, "blk.%%d.%s", role);
+    char full[96];
+    snprintf(full, sizeof full, name, il);
+    if (cw_gguf_find_tensor(g, full) || !fallback)
+        return weight(g, name, il, NULL);
+    return weight(g, fallback, -1, NULL);
+}
+
+static void matmul_check(const char *op, const struct cw_gguf *g, const char *wname, const struct cap *x,
+                         const struct cap *ref, int64_t n)
+{
+    const struct cw_gguf_tensor *t = cw_gguf_find_tensor(g, wname);
+    if (!t || !x || !ref) {
+        ok(0, "%s: %s or its input / output missing", op, wname);
+        return;
+    }
+    float *y = malloc(sizeof(float) * t->ne[1] * n);
+    void *scr = malloc(cw_cpu_matmul_scratch(t->type, t->ne[0], n) + 64);
+    cw_cpu_matmul(NULL, t->type, t->data, t->ne[0], t->ne[1], x->data, n, y, scr);
+    check(op, 1e-5, y, ref, t->ne[1] * n);
+    free(y), free(scr);
+}
+
+static void run_mtp(const char *label, struct llama_model *model, const struct cw_gguf *g,
+                    const struct cw_qwen35_hparams *hp, struct caps *cs)
+{
+    const int il = (int)hp->n_layer, E = (int)hp->n_embd;
+    struct cw_attn_dims ad = {(int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim, hp->eps,
+                              {(int)hp->n_rot, hp->rope_base, {hp->rope_sections[0], hp->rope_sections[1],
+                                                               hp->rope_sections[2], hp->rope_sections[3]}}};
+    const int64_t QN = (int64_t)ad.n_head * ad.head_dim, KN = (int64_t)ad.n_head_kv * ad.head_dim;
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = N_CTX, cp.n_batch = N_CTX, cp.n_ubatch = N_CTX, cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = 2;
+    cp.cb_eval = on_eval, cp.cb_eval_user_data = cs;
+    cp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+    struct llama_context *ctx = llama_init_from_model(model, cp);
+    ok(ctx != NULL, "%s: llama.cpp's MTP context", label);
+    if (!ctx)
+        return;
+    char nm[96];
+    float *w_en = mtp_weight(g, "nextn.enorm.weight", il, NULL), *w_hn = mtp_weight(g, "nextn.hnorm.weight", il, NULL);
+    float *w_an = mtp_weight(g, "attn_norm.weight", il, NULL), *w_pn = mtp_weight(g, "post_attention_norm.weight", il, NULL);
+    float *w_qn = mtp_weight(g, "attn_q_norm.weight", il, NULL);
+    float *w_sn = mtp_weight(g, "nextn.shared_head_norm.weight", il, "output_norm.weight");
+    struct cw_kv_cache kv = {calloc(N_CTX * KN, 2), calloc(N_CTX * KN, 2), N_CTX};
+    float *buf = malloc(sizeof(float) * (N_PROMPT * (4 * QN + 4 * E + hp->n_expert + 64) + 1024));
+    float *scr = malloc(sizeof(float) * cw_attn_scratch_floats(&ad, N_CTX));
+    int pos = 0;
+    for (int call = 0; call <= N_DECODE; call++) {
+        const int n = call == 0 ? N_PROMPT : 1;
+        struct llama_batch b = llama_batch_init(n, E, 1); /* MTP reads tokens and hidden rows */
+        b.token = malloc(n * sizeof *b.token);
+        for (int i = 0; i < n; i++) {
+            b.token[i] = 100 + (call * 7919 + i * 104729) % 50000;
+            b.pos[i] = pos + i;
+            b.n_seq_id[i] = 1;
+            b.seq_id[i][0] = 0;
+            b.logits[i] = 1;
+            for (int e = 0; e < E; e++)
+                b.embd[(int64_t)i * E + e] = sinf(0.37f * (float)e + 1.3f * (float)(pos + i)) *
+                                             (1.0f + 0.5f * cosf(0.011f * (float)e));
+        }
+        b.n_tokens = n;
+        caps_clear(cs);
+        int rc = llama_decode(ctx, b);
+        ok(rc == 0, "%s: MTP llama_decode call %d", label, call);
+        const char *ph = call == 0 ? "prefill" : "decode";
+        char op[96];
+#define GET(s) (snprintf(nm, sizeof nm, "%s", s), get(cs, 0, nm, il))
+        const struct cap *te = GET("mtp_tok_embd"), *en = GET("mtp_enorm"), *hn = GET("mtp_hnorm");
+        const struct cap *cat = GET("mtp_concat"), *eh = GET("mtp_eh_proj"), *an = GET("mtp_attn_norm");
+        const struct cap *P = GET("mtp_Qcur_full"), *qn = GET("mtp_Qcur_normed"), *gt = GET("mtp_gate");
+        const struct cap *kn = GET("mtp_Kcur_normed"), *v0 = GET("mtp_Vcur");
+        const struct cap *pg = GET("mtp_attn_pregate"), *ao = GET("mtp_attn_out"), *res = GET("mtp_attn_residual");
+        const struct cap *pn = GET("mtp_attn_post_norm"), *fo = GET("mtp_ffn_out"), *pf = GET("mtp_post_ffn");
+        const struct cap *hx = get(cs, 0, "h_nextn", -1), *shn = get(cs, 0, "mtp_shared_head_norm", -1);
+        const struct cap *lo = get(cs, 0, "result_output", -1);
+        if (getenv("CWEN_ORACLE_VERBOSE"))
+            for (int i = 0; i < cs->n; i++)
+                printf("# mtp graph: %s\n", cs->v[i].name);
+        if (!te || !en || !hn || !cat || !eh || !an || !P || !qn || !gt || !kn || !v0 || !pg || !ao || !res ||
+            !pn || !fo || !pf || !hx || !shn || !lo) {
+            ok(0, "%s: MTP tensors not captured (call %d)", label, call);
+            llama_batch_free(b);
+            break;
+        }
+        float *x = buf;
+        /* enorm, hnorm, concat, eh_proj */
+        cw_rms_norm_rows(x, te->data, w_en, E, n, hp->eps);
+        check(OP("mtp enorm"), 1e-5, x, en, (int64_t)E * n);
+        cw_rms_norm_rows(x, b.embd, w_hn, E, n, hp->eps);
+        check(OP("mtp hnorm"), 1e-5, x, hn, (int64_t)E * n);
+        for (int t = 0; t < n; t++) {
+            memcpy(x + (int64_t)t * 2 * E, en->data + (int64_t)t * E, E * 4);
+            memcpy(x + (int64_t)t * 2 * E + E, hn->data + (int64_t)t * E, E * 4);
+        }
+        check(OP("mtp concat [enorm | hnorm]"), 0, x, cat, 2 * (int64_t)E * n);
+        snprintf(nm, sizeof nm, "blk.%d.nextn.eh_proj.weight", il);
+        matmul_check(OP("mtp eh_proj matmul"), g, nm, cat, eh, n);
+        /* attention block */
+        cw_rms_norm_rows(x, eh->data, w_an, E, n, hp->eps);
+        check(OP("mtp rms_norm attn_norm"), 1e-5, x, an, (int64_t)E * n);
+        float *q = buf, *gate = q + n * QN, *kk = gate + n * QN, *o = kk + n * KN;
+        for (int t = 0; t < n; t++)
+            cw_attn_split_q(&ad, w_qn, P->data + t * 2 * QN, q + t * QN, gate + t * QN);
+        check(OP("mtp attn q split+rmsnorm"), 1e-5, q, qn, n * QN);
+        check(OP("mtp attn gate split"), 0, gate, gt, n * QN);
+        /* the raw K of the MTP graph has no name of its own (llama.cpp renames the
+         * view), so its k norm is not checked here; the main layers check that op */
+        memcpy(q, qn->data, n * QN * 4), memcpy(kk, kn->data, n * KN * 4);
+        for (int t = 0; t < n; t++) {
+            cw_attn_rope(&ad, q + t * QN, ad.n_head, pos + t);
+            cw_attn_rope(&ad, kk + t * KN, ad.n_head_kv, pos + t);
+            cw_attn_store_kv(&ad, &kv, pos + t, kk + t * KN, v0->data + t * KN);
+        }
+        for (int t = 0; t < n; t++)
+            cw_attn_core(&ad, &kv, pos + t, q + t * QN, o + t * QN, scr);
+        check(OP("mtp attn rope+softmax(QK)V vs f16 flash"), 3e-3, o, pg, n * QN);
+        memcpy(o, pg->data, n * QN * 4);
+        cw_attn_gate(o, gt->data, n * QN);
+        struct cap gated = {"gated", {QN, n, 1, 1}, o};
+        snprintf(nm, sizeof nm, "blk.%d.attn_output.weight", il);
+        matmul_check(OP("mtp attn gate + attn_output matmul"), g, nm, &gated, ao, n);
+        float *y = o + n * QN;
+        cw_add(y, ao->data, eh->data, (int64_t)E * n);
+        check(OP("mtp residual add attn"), 0, y, res, (int64_t)E * n);
+        cw_rms_norm_rows(y, res->data, w_pn, E, n, hp->eps);
+        check(OP("mtp rms_norm post_attention_norm"), 1e-5, y, pn, (int64_t)E * n);
+        /* FFN: routed experts + sigmoid-gated shared expert */
+        const struct cap *lgt = get(cs, 0, "ffn_moe_logits", il), *tk = get(cs, 0, "ffn_moe_topk", il);
+        const struct cap *dn = get(cs, 0, "ffn_moe_down", il), *wn = get(cs, 0, "ffn_moe_weights_norm", il);
+        const struct cap *mo = GET("mtp_ffn_moe_out"), *sh = GET("mtp_ffn_shexp");
+        const struct cap *sg = GET("mtp_shared_expert_gate_sigmoid");
+        if (hp->arch == CW_ARCH_QWEN35MOE && lgt && tk && dn && wn && mo && sh && sg) {
+            const int NE = (int)hp->n_expert, NU = (int)hp->n_expert_used;
+            float *pr = y, *wt = pr + n * NE, *self = wt + n * NU, *z = self + n * NU;
+            int32_t sel[64];
+            struct cw_err err = {0};
+            for (int t = 0; t < n; t++) {
+                cw_moe_route(NE, NU, lgt->data + t * NE, pr + t * NE, sel, wt + t * NU, &err);
+                for (int s = 0; s < NU; s++)
+                    self[t * NU + s] = (float)sel[s];
+            }
+            check(OP("mtp moe router softmax"), 1e-5, pr, get(cs, 0, "ffn_moe_probs", il), n * NE);
+            check(OP("mtp moe top-k ids"), 0, self, tk, n * NU);
+            check(OP("mtp moe renormalised weights"), 1e-5, wt, wn, n * NU);
+            for (int t = 0; t < n; t++)
+                cw_moe_combine(E, NU, wn->data + t * NU, dn->data + (int64_t)t * NU * E, NULL, 0, z + (int64_t)t * E);
+            check(OP("mtp moe combine routed"), 1e-5, z, mo, (int64_t)E * n);
+            for (int t = 0; t < n; t++) /* σ is llama's here: the gate logit is not named */
+                for (int e = 0; e < E; e++)
+                    z[(int64_t)t * E + e] = mo->data[(int64_t)t * E + e] + sh->data[(int64_t)t * E + e] * sg->data[t];
+            check(OP("mtp moe + gated shared"), 1e-5, z, fo, (int64_t)E * n);
+            const struct cap *mg = get(cs, 0, "ffn_moe_gate", il), *mu = get(cs, 0, "ffn_moe_up", il);
+            const struct cap *fg = get(cs, 0, "ffn_gate", il), *fu = get(cs, 0, "ffn_up", il);
+            if (mg && mu && fg && fu) {
+                cw_swiglu(z, mg->data, mu->data, nel(mg));
+                check(OP("mtp moe expert swiglu"), 1e-5, z, get(cs, 0, "ffn_moe_swiglu", il), nel(mg));
+                cw_swiglu(z, fg->data, fu->data, nel(fg));
+                check(OP("mtp shared expert swiglu"), 1e-5, z, get(cs, 0, "ffn_swiglu", il), nel(fg));
+            }
+        } else if (hp->arch == CW_ARCH_QWEN35MOE) {
+            ok(0, "%s: MTP MoE tensors not captured", label);
+        }
+        cw_add(y, fo->data, res->data, (int64_t)E * n);
+        check(OP("mtp residual add ffn"), 0, y, pf, (int64_t)E * n);
+        cw_rms_norm_rows(y, pf->data, w_sn, E, n, hp->eps);
+        check(OP("mtp shared_head_norm"), 1e-5, y, hx, (int64_t)E * n);
+        snprintf(nm, sizeof nm, "blk.%d.nextn.shared_head_head.weight", il);
+        matmul_check(OP("mtp lm head matmul"), g, cw_gguf_find_tensor(g, nm) ? nm : "output.weight", shn, lo, n);
+#undef GET
+        llama_batch_free(b);
+        pos += n;
+    }
+    free(w_en), free(w_hn), free(w_an), free(w_pn), free(w_qn), free(w_sn);
+    free(kv.k), free(kv.v), free(buf), free(scr);
+    llama_free(ctx);
+}
 
 static void run_model(const char *label, const char *args)
 {
     const char *bin = test_env("CWEN_BIN", "cwen"), *tmp = test_env("CWEN_TMP", "/tmp");
+    const char *only = getenv("CWEN_OPS_ONLY"); /* diagnostic: one model by label */
+    if (only && *only && strcmp(only, label))
+        return;
     char path[512], cmd[2048];
+    double t0 = now_s();
     snprintf(path, sizeof path, "%s/cpuops-%s.gguf", tmp, label);
     snprintf(cmd, sizeof cmd, "\"%s\" mkmodel -o \"%s\" %s --seed 7 --threads 2 >/dev/null", bin, path, args);
     if (system(cmd) != 0) {
@@ -202,6 +422,7 @@ static void run_model(const char *label, const char *args)
     cs.verbose = vb && !strcmp(vb, "2");
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    mp.load_mtp = true; /* the main pass ignores the block; the MTP context runs it */
     struct llama_model *model = llama_model_load_from_file(path, mp);
     ok(model != NULL, "%s: llama.cpp loads the file", label);
     if (!model) {
@@ -259,7 +480,6 @@ static void run_model(const char *label, const char *args)
         cs.verbose = 0;
         const char *ph = call == 0 ? "prefill" : "decode";
         char op[96];
-#define OP(s) (snprintf(op, sizeof op, "%s %s", s, ph), op)
         for (int il = 0; il < L; il++) {
             /* block input, attn_norm */
             const struct cap *in = il ? get(&cs, 0, "l_out", il - 1) : get(&cs, 0, "model.input_embed", -1);
@@ -445,11 +665,25 @@ static void run_model(const char *label, const char *args)
             cw_rms_norm_rows(buf, last->data, w_on, E, n, hp.eps);
             check(OP("rms_norm output_norm"), 1e-5, buf, get(&cs, 0, "result_norm", -1), (int64_t)E * n);
         }
+        /* LM head: the same Q8_K rows of llama.cpp's result_norm through cwen's matmul */
+        const struct cap *rn = get(&cs, 0, "result_norm", -1), *ro = get(&cs, 0, "result_output", -1);
+        const struct cw_gguf_tensor *ow = cw_gguf_find_tensor(&g, "output.weight");
+        if (rn && ro && ow) {
+            float *lg = malloc(sizeof(float) * nel(ro));
+            void *mscr = malloc(cw_cpu_matmul_scratch(ow->type, ow->ne[0], n) + 64);
+            cw_cpu_matmul(NULL, ow->type, ow->data, ow->ne[0], ow->ne[1], rn->data, n, lg, mscr);
+            check(OP("lm head matmul"), 1e-5, lg, ro, ow->ne[1] * n);
+            free(lg), free(mscr);
+        } else {
+            ok(0, "%s: result_norm / result_output / output.weight missing", label);
+        }
         free(w_on);
         pos += n;
     }
     if (hp.arch == CW_ARCH_QWEN35MOE)
         ok(experts_same, "%s: identical expert ids and order on every token", label);
+    if (hp.n_nextn > 0 && ctx)
+        run_mtp(label, model, &g, &hp, &cs);
     caps_clear(&cs);
     free(cs.v), free(buf), free(scr);
     for (int il = 0; il < L; il++) {
@@ -461,6 +695,9 @@ static void run_model(const char *label, const char *args)
         llama_free(ctx);
     llama_model_free(model);
     cw_gguf_close(&g);
+    remove(path);
+    note("%s: %.1f s", label, now_s() - t0);
+    print_stats(label);
 }
 
 int main(void)
@@ -469,13 +706,16 @@ int main(void)
     snprintf(libdir, sizeof libdir, "%s/cpu/package/bins/linux-x64", oracle_dir());
     oracle_init();
     ggml_backend_load_all_from_path(libdir);
-    run_model("tiny-moe", "--preset tiny-moe --no-mtp --std 0.3");
+    run_model("tiny-moe", "--preset tiny-moe --std 0.3");
     run_model("tiny-dense", "--preset tiny-dense --no-mtp --std 0.3");
     /* GQA 3 with 2 kv heads and 3 v-heads per k-head: tells blocked from
      * modulo mapping apart, and tiled from grouped v-heads */
     run_model("wide-dense", "--preset tiny-dense --no-mtp --std 0.3 --heads 6 --kv-heads 2 --k-heads 2 --v-heads 6");
-    printf("# op (phase): worst rel err over all layers and calls / bound\n");
-    for (int i = 0; i < n_stats; i++)
-        printf("#   %-44s %.3g / %.3g (%d checks)\n", stats[i].op, stats[i].worst, stats[i].bound, stats[i].n);
+    /* the real widths, few layers (one attention layer: the 4th), Qwen3's
+     * 151,936-row vocabulary: 35B-A3B (E 2048, 256 experts top 8, H 16/2,
+     * DeltaNet 16 k / 32 v heads) and dense 27B (E 5120, ff 17408, H 24/4,
+     * DeltaNet 16 k / 48 v heads) */
+    run_model("35b-a3b-width", "--preset 35b-a3b --layers 4 --vocab-size 151936 --std 0.05");
+    run_model("27b-width", "--preset 27b --layers 4 --vocab-size 151936 --no-mtp --std 0.05");
     return done();
 }

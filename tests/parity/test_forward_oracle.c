@@ -31,8 +31,8 @@
  *     exceeds 2 % of the row's max |logit| (about twice the table's worst
  *     mismatch margin), and most positions (>= 55 %) clear that margin, so
  *     the check is not vacuous.
- * The real-width file (CWEN_FWD_WIDE=1) has looser row-0 and margin bounds,
- * justified at their definitions. */
+ * The real-width file has looser row-0 and margin bounds, justified at their
+ * definitions (with why its row 0 differs). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,13 +66,40 @@ static double now_s(void)
 #define MEAN_SLACK 0.005
 #define MARGIN 0.02 /* of the row's max |logit| */
 #define MIN_CLEAR 0.55
-/* the real-width file (opt-in): llama.cpp's own batch and single-token rows
- * differ already at row 0 (8e-3: other kernels for wide batches), and §11's
- * wide-moe-s0.3 file shows llama.cpp disagreeing with itself on top-1 at
- * margins up to 1.24 of a max |logit| of 28 (4.4 %) */
+/* The real-width file: `--preset 35b-a3b --layers 4 --vocab-size 151936`
+ * with MTP (E 2048, 256 experts top 8, H 16/2, DeltaNet 16 k / 32 v heads;
+ * layer 3 is attention), weight std 0.05, in CI by default (~2.9 GB, ~2 min
+ * on 2 cores, most of it llama.cpp's 128 token-by-token calls; 8 GB RSS).
+ *
+ * Why row 0 differs at real widths (it was 2.3e-2 at std 0.3 and read as
+ * "3.5e-7 at std 0.05"): it is not the weight scale. `cwen debug-dump` against
+ * llama_dump on the std-0.3 file (110-token prompt) shows row 0 agreeing to
+ * ~1e-6 through all of layer 0 and up to attn_post_norm-1 (2.3e-6) and
+ * ffn_moe_weights_norm-1 (8.5e-7: same experts, same weights); then
+ * ffn_moe_gate-1 / ffn_moe_up-1 jump to 5.7e-4 on row 0. That is one Q8_K
+ * rounding decision flipping: both sides quantise the expert input row to
+ * int8 (one quantum = max|x|/127 of a 256-block), a ~1e-6 f32 difference
+ * (llama.cpp's batched kernels, e.g. its chunked DeltaNet, sum in another
+ * order than its single-token path and cwen) puts one element on the other
+ * side of a rounding boundary, and that quantum times a weight column is
+ * ~5e-4 of the output. The DeltaNet of layer 2 grows it to ~2e-2, and at
+ * ffn_moe_gate-2 row 0 jumps to 0.99 while ffn_moe_weights_norm-2 stays at
+ * 9.5e-4: a near-tie between the 8th and 9th of 256 experts flipped, the
+ * swapped expert having nearly the same weight. Row 0's logits end 1.7e-2
+ * apart. Such flips are discrete events, so whether one hits row 0 depends on
+ * the file, not on the std: on this std-0.05 file llama.cpp's own batch and
+ * token-by-token runs differ by 0.017 at row 0 too, while cwen and
+ * llama.cpp's token-by-token run agree to 3.5e-7 there. So:
+ *   - row 0 <= 0.05: llama.cpp's own batch-vs-single gap (0.017) x 3;
+ *   - top-1 margin 4 % of max |logit|: ~1.5 x the widest margin at which
+ *     llama.cpp disagrees with itself on this file (0.71 of 27.7, 2.6 %;
+ *     cwen's widest is 0.82, 2.9 %); 53 of 128 rows clear it, so >= 40 %
+ *     must (the logits of 256-expert files are flatter: lowering the
+ *     margin to 2 % would let 83 rows clear but one flips there). */
+#define STD_WIDE "0.05"
 #define ROW0_REL_WIDE 0.05
-#define MARGIN_WIDE 0.05
-#define MIN_CLEAR_WIDE 0.25 /* its logits are flatter: ~1/3 of rows clear 5 % */
+#define MARGIN_WIDE 0.04
+#define MIN_CLEAR_WIDE 0.40
 
 struct stats {
     double rel0, max_rel, mean_rel, mean_maxlogit;
@@ -350,28 +377,24 @@ int main(void)
         {"tiny-moe", "q8_0", 1, ""},     {"tiny-moe", "bf16", 0, ""},
         {"tiny-dense", "q4_k_m", 1, ""}, {"tiny-dense", "q4_k_m", 0, ""},
         {"tiny-dense", "q8_0", 0, ""},   {"tiny-dense", "bf16", 1, ""},
-        /* the real 35B-A3B widths over 4 layers (a 3 GB file): CWEN_FWD_WIDE=1 */
-        {"tiny-moe", "q4_k_m", 1,
-         "--embd 2048 --experts 256 --experts-used 8 --ff-exp 512 --ff-shexp 512 --heads 16 "
-         "--kv-heads 2 --v-heads 32 --k-heads 16 --layers 4"},
+        /* the real 35B-A3B widths over 4 layers + MTP, Qwen3's vocabulary (2.6 GB) */
+        {"35b-a3b", "q4_k_m", 1, "--layers 4 --vocab-size 151936"},
     };
-    const char *wide = getenv("CWEN_FWD_WIDE");
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        if (*files[i].opts && !(wide && *wide == '1'))
-            continue;
         char path[1200], cmd[4096], tag[128];
+        const bool wide = *files[i].opts != 0;
         snprintf(tag, sizeof tag, "%s%s%s-%s", *files[i].opts ? "wide-" : "", files[i].preset,
                  files[i].mtp ? "" : "-nomtp", files[i].mix);
         if (only && *only && strcmp(only, tag))
             continue;
         snprintf(path, sizeof path, "%s/fwd-oracle-%s.gguf", tmp, tag);
-        snprintf(cmd, sizeof cmd, "'%s' mkmodel -o '%s' --preset %s --mix %s --seed 7 --std 0.3 %s %s %s "
-                 ">/dev/null", bin, path, files[i].preset, files[i].mix,
+        snprintf(cmd, sizeof cmd, "'%s' mkmodel -o '%s' --preset %s --mix %s --seed 7 --std %s %s %s %s "
+                 ">/dev/null", bin, path, files[i].preset, files[i].mix, wide ? STD_WIDE : "0.3",
                  files[i].mtp ? "" : "--no-mtp", files[i].opts, extra);
         int rc = system(cmd);
         ok(rc == 0, "%s", cmd);
         if (rc == 0)
-            run_file(path, &pool, *files[i].opts != 0);
+            run_file(path, &pool, wide);
         remove(path);
     }
     cw_pool_free(&pool);
