@@ -1,5 +1,6 @@
 /* cuda_common.cuh — what every .cu file of the backend shares: the device
- * context, the error macro, warp reductions and f16/bf16 loads. */
+ * context, the error macro, warp reductions and f16/bf16 loads (cw_dev_*:
+ * quant.h declares the host cw_f16_to_f32 / cw_bf16_to_f32 under C linkage). */
 #ifndef CW_CUDA_COMMON_CUH
 #define CW_CUDA_COMMON_CUH
 
@@ -57,12 +58,12 @@ static __device__ __forceinline__ float cw_warp_max(float v)
     return v;
 }
 
-static __device__ __forceinline__ float cw_f16_to_f32(uint16_t h)
+static __device__ __forceinline__ float cw_dev_f16_to_f32(uint16_t h)
 {
     return __half2float(__ushort_as_half(h));
 }
 
-static __device__ __forceinline__ float cw_bf16_to_f32(uint16_t h)
+static __device__ __forceinline__ float cw_dev_bf16_to_f32(uint16_t h)
 {
     return __uint_as_float((uint32_t)h << 16);
 }
