@@ -87,6 +87,24 @@ static int attention(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw
     return mm(M, s, &l->o, s->ao, l->o.ne[0], n, s->h, E, true, NULL, err);
 }
 
+/* g [n][F] = silu(G·x)·(U·x) for a single matrix pair (shared expert, dense
+ * FFN). Decode runs it as one routed-expert launch with K = 1 and expert 0
+ * (the gate and up rows read together, SwiGLU fused: three launches become
+ * one); batches keep the matmuls, whose batch regimes read W once per group
+ * of tokens where the expert kernel reads it once per token. */
+static int gate_up_swiglu(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_wt *gate,
+                          const struct cw_wt *up, float *g, float *u, int64_t n,
+                          struct cw_err *err)
+{
+    const struct cw_k_mat G = cw_cuda_mat(gate), U = cw_cuda_mat(up);
+    if (n == 1 && G.type == U.type && G.n_in == U.n_in && G.n_out == U.n_out &&
+        G.row_bytes == U.row_bytes)
+        return cw_k_moe_gate_up(M->c, &G, &U, s->x, s->zero_id, 1, 1, g, s->scratch, err);
+    if (mm_x(M, s, gate, g, n, err) || mm_x(M, s, up, u, n, err))
+        return -1;
+    return cw_k_swiglu(M->c, g, g, u, n * G.n_out, err);
+}
+
 /* MoE, §3.4: router and shared gate logits, top-k, the routed experts
  * (gate/up with SwiGLU, down with the weighted sum, +h), the shared expert
  * scaled by σ(its gate logit) (+h). */
@@ -104,8 +122,7 @@ static int moe(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen3
         cw_k_moe_gate_up(M->c, &G, &U, s->x, s->ids, K, n, s->act, s->scratch, err) ||
         cw_k_moe_down(M->c, &D, s->act, s->ids, s->wts, K, n, s->h, s->scratch, err))
         return -1;
-    if (mm_x(M, s, &l->gate_shexp, s->sg, n, err) || mm_x(M, s, &l->up_shexp, s->su, n, err) ||
-        cw_k_swiglu(M->c, s->sg, s->sg, s->su, n * S, err))
+    if (gate_up_swiglu(M, s, &l->gate_shexp, &l->up_shexp, s->sg, s->su, n, err))
         return -1;
     return mm(M, s, &l->down_shexp, s->sg, S, n, s->h, E, true, s->sgate, err);
 }
@@ -115,8 +132,7 @@ static int dense_ffn(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw
                      int64_t n, struct cw_err *err)
 {
     const int64_t E = M->dw.hp.n_embd, F = M->dw.hp.n_ff;
-    if (mm_x(M, s, &l->gate, s->fg, n, err) || mm_x(M, s, &l->up, s->fu, n, err) ||
-        cw_k_swiglu(M->c, s->fg, s->fg, s->fu, n * F, err))
+    if (gate_up_swiglu(M, s, &l->gate, &l->up, s->fg, s->fu, n, err))
         return -1;
     return mm(M, s, &l->down, s->fg, F, n, s->h, E, true, NULL, err);
 }

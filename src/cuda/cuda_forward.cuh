@@ -50,6 +50,7 @@ struct cw_bseq {
     float *logits;   /* [lm_rows][V] */
     int32_t *ids;    /* [chunk][K] */
     int32_t *tok;    /* [chunk] */
+    int32_t *zero_id; /* [1] = 0: expert 0 of a single matrix pair */
     int32_t *amax;   /* [lm_rows] */
     int64_t *pos;    /* the position of row 0 of the launch */
     void *scratch;
