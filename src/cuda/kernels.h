@@ -157,6 +157,8 @@ int cw_k_attn(struct cw_cuda *c, const struct cw_k_attn_dims *d, const float *d_
               const int64_t *d_pos0, int64_t n_tok, const float *d_P, const float *d_k,
               const float *d_v, float *d_out, void *d_scratch, struct cw_err *err);
 
+/* Bytes of d_scratch for calls of at most n_tok tokens. The int32 at its
+ * start is set to 1 by a call with a position outside [0, n_ctx), else 0. */
 size_t cw_k_attn_scratch(const struct cw_k_attn_dims *d, int64_t n_tok, int64_t n_ctx);
 
 #ifdef __cplusplus
