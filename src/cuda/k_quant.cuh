@@ -1,0 +1,545 @@
+/* k_quant.cuh — the device side of the GGUF weight types, shared by
+ * k_gemv.cu (decode) and k_gemm.cu (prefill, dequantisation): per type, how
+ * one lane decodes its "unit" of 32 weights, and the one switch that maps
+ * enum cw_qtype to these types (STYLE §5).
+ *
+ * A unit is 32 weights of one block, handed back in 4 runs of 8 consecutive
+ * elements (element offsets run(p, 0..3) inside the block): every format's
+ * packing splits that way, so the x loads are 8 aligned floats per run.
+ *
+ * Exactness: each decoder produces the same f32 value as quant_dequant.c,
+ * operation for operation, with the rounding made explicit (__fmul_rn,
+ * __fadd_rn, __fmaf_rn) so that nvcc cannot contract d*q - m into an FMA.
+ * The small integers q are turned into floats without a conversion unit: the
+ * byte goes into the mantissa of 2^23 (f = 2^23 + q, exact), and then
+ *   fl(dl*q)   = fma(dl, f, -dl*2^23)   (the product is exact inside the
+ *                                         fma; one rounding, as the CPU's)
+ *   q - k      = f - (2^23 + k)         (exact: small integers)
+ * Finite scales assumed (an inf or NaN block scale gives NaN here where the
+ * CPU may give inf). */
+#ifndef CW_K_QUANT_CUH
+#define CW_K_QUANT_CUH
+
+#include "cuda/cuda_common.cuh"
+#include "gguf/quant.h"
+
+#define CW_K_TWO23 8388608.0f
+
+/* Lookup tables the formats define (IQ4_NL levels, doubled E2M1), packed 4
+ * int8 per word; filled on the host from gguf/ (kernel argument). */
+struct cw_k_tabs {
+    uint32_t iq4nl[4];
+    uint32_t fp4[4];
+};
+
+/* Float 2^23 + (byte k of v); v's bytes must be the small integers. */
+static __device__ __forceinline__ float kq_bytef(uint32_t v, int k)
+{
+    return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7540u + (uint32_t)k));
+}
+
+/* fl(dl * q) for an unsigned byte q held as f = 2^23 + q; c0 = -dl*2^23. */
+static __device__ __forceinline__ float kq_mulq(float dl, float f, float c0)
+{
+    return __fmaf_rn(dl, f, c0);
+}
+
+static __device__ __forceinline__ uint32_t kq_u16(const uint8_t *p)
+{
+    return *(const uint16_t *)p;
+}
+/* 4 bytes from a 2-byte aligned address. */
+static __device__ __forceinline__ uint32_t kq_u32a2(const uint8_t *p)
+{
+    return kq_u16(p) | kq_u16(p + 2) << 16;
+}
+static __device__ __forceinline__ uint32_t kq_u32(const uint8_t *p)
+{
+    return *(const uint32_t *)p;
+}
+static __device__ __forceinline__ float kq_h(const uint8_t *p)
+{
+    return cw_dev_f16_to_f32((uint16_t)kq_u16(p));
+}
+
+/* 4 table lookups at once: bytes of idx (each < 16) index the 16 int8 of t;
+ * the result's bytes are the entries (two byte_perms and a bytewise select). */
+static __device__ __forceinline__ uint32_t kq_lut(const uint32_t t[4], uint32_t idx)
+{
+    uint32_t sel = (idx & 7) | (idx >> 4 & 0x70) | (idx >> 8 & 0x700) | (idx >> 12 & 0x7000);
+    uint32_t lo = __byte_perm(t[0], t[1], sel), hi = __byte_perm(t[2], t[3], sel);
+    uint32_t m = ((idx >> 3) & 0x01010101u) * 0xFFu;
+    return (lo & ~m) | (hi & m);
+}
+
+/* Signed table bytes -> w = fl(d * v) for the 4 bytes of v (int8 values). */
+static __device__ __forceinline__ void kq_scale_s8(uint32_t v, float d, float *w)
+{
+    uint32_t u = v ^ 0x80808080u; /* v + 128, unsigned */
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        w[k] = __fmul_rn(d, __fsub_rn(kq_bytef(u, k), CW_K_TWO23 + 128.0f));
+}
+
+/* The 16 lower (or upper) nibbles of 4 words, as 16 w = fl((q - off) * d). */
+static __device__ __forceinline__ void kq_nib_sub(const uint32_t q[4], int shift, float off,
+                                                  float d, float *w)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint32_t v = (q[i] >> shift) & 0x0F0F0F0Fu;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            w[4 * i + k] = __fmul_rn(__fsub_rn(kq_bytef(v, k), CW_K_TWO23 + off), d);
+    }
+}
+
+/* Same, w = fl(q*d) + m (Q4_1-style affine). */
+static __device__ __forceinline__ void kq_nib_affine(const uint32_t q[4], int shift,
+                                                     const uint32_t *hb, float d, float m,
+                                                     float *w)
+{
+    float c0 = -d * CW_K_TWO23;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint32_t v = ((q[i] >> shift) & 0x0F0F0F0Fu) | (hb ? hb[i] : 0u);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            w[4 * i + k] = __fadd_rn(kq_mulq(d, kq_bytef(v, k), c0), m);
+    }
+}
+
+/* Bit j of the 4-bit field m -> bit 4 of byte j (Q5's fifth bits). */
+static __device__ __forceinline__ uint32_t kq_spread4(uint32_t m)
+{
+    return ((m & 15) * 0x00204081u & 0x01010101u) << 4;
+}
+
+/* ---- the types ---------------------------------------------------------
+ * QK: elements per block, BB: bytes per block, UPB: units per block,
+ * DIRECT: blocks are 16-byte aligned, the unit is read straight from global
+ * memory with 16-byte loads; otherwise the warp stages the row's bytes in
+ * shared memory (coalesced 16-byte loads) and the unit reads from there with
+ * the alignment its block guarantees. */
+
+/* F32/F16/BF16: "blocks" of 256, unit p = 4 runs of 8 at 8p + 64r, so that
+ * 8 lanes read 256 contiguous bytes (coalesced) per run. */
+struct kt_f32 {
+    enum { QK = 256, BB = 1024, UPB = 8, DIRECT = 1 };
+    static __device__ int run(int p, int r) { return 8 * p + 64 * r; }
+    static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
+    {
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const float4 *s = (const float4 *)(b + 4 * run(p, r));
+            float4 a = __ldg(s), c = __ldg(s + 1);
+            w[8 * r + 0] = a.x, w[8 * r + 1] = a.y, w[8 * r + 2] = a.z, w[8 * r + 3] = a.w;
+            w[8 * r + 4] = c.x, w[8 * r + 5] = c.y, w[8 * r + 6] = c.z, w[8 * r + 7] = c.w;
+        }
+    }
+};
+
+template <bool BF>
+struct kt_f16x {
+    enum { QK = 256, BB = 512, UPB = 8, DIRECT = 1 };
+    static __device__ int run(int p, int r) { return 8 * p + 64 * r; }
+    static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
+    {
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            uint4 a = __ldg((const uint4 *)(b + 2 * run(p, r)));
+            uint32_t v[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                uint16_t lo = (uint16_t)(v[k] & 0xFFFF), hi = (uint16_t)(v[k] >> 16);
+                w[8 * r + 2 * k] = BF ? cw_dev_bf16_to_f32(lo) : cw_dev_f16_to_f32(lo);
+                w[8 * r + 2 * k + 1] = BF ? cw_dev_bf16_to_f32(hi) : cw_dev_f16_to_f32(hi);
+            }
+        }
+    }
+};
+typedef kt_f16x<false> kt_f16;
+typedef kt_f16x<true> kt_bf16;
+
+/* Legacy 32-blocks: one unit per block, lo nibbles = elements 0..15. */
+static __device__ __forceinline__ int kq_run32(int p, int r) { return 8 * r; }
+
+struct kt_q4_0 {
+    enum { QK = 32, BB = 18, UPB = 1, DIRECT = 0 };
+    static __device__ int run(int p, int r) { return kq_run32(p, r); }
+    static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
+    {
+        float d = kq_h(b);
+        uint32_t q[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            q[i] = kq_u32a2(b + 2 + 4 * i);
+        kq_nib_sub(q, 0, 8.0f, d, w);
+        kq_nib_sub(q, 4, 8.0f, d, w + 16);
+    }
+};
+
+struct kt_q4_1 {
+    enum { QK = 32, BB = 20, UPB = 1, DIRECT = 0 };
+    static __device__ int run(int p, int r) { return kq_run32(p, r); }
+    static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
+    {
+        float d = kq_h(b), m = kq_h(b + 2);
+        uint32_t q[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            q[i] = kq_u32(b + 4 + 4 * i);
+        kq_nib_affine(q, 0, nullptr, d, m, w);
+        kq_nib_affine(q, 4, nullptr, d, m, w + 16);
+    }
+};
+
+struct kt_q5_0 {
+    enum { QK = 32, BB = 22, UPB = 1, DIRECT = 0 };
+    static __device__ int run(int p, int r) { return kq_run32(p, r); }
+    static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
+    {
+        float d = kq_h(b);
+        uint32_t qh = kq_u32a2(b + 2), q[4], lo[4], hi[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            q[i] = kq_u32a2(b + 6 + 4 * i);
+            lo[i] = (q[i] & 0x0F0F0F0Fu) | kq_spread4(qh >> (4 * i));
+            hi[i] = ((q[i] >> 4) & 0x0F0F0F0Fu) | kq_spread4(qh >> (16 + 4 * i));
+        }
+        /* values 0..31: kq_nib_sub would mask the fifth bit away */
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                w[4 * i + k] = __fmul_rn(__fsub_rn(kq_bytef(lo[i], k), CW_K_TWO23 + 16.0f), d);
+                w[16 + 4 * i + k] =
+                    __fmul_rn(__fsub_rn(kq_bytef(hi[i], k), CW_K_TWO23 + 16.0f), d);
+            }
+    }
+};
+
+struct kt_q5_1 {
+    enum { QK = 32, BB = 24, UPB = 1, DIRECT = 0 };
+    static __device__ int run(int p, int r) { return kq_run32(p, r); }
+    static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
+    {
+        float d = kq_h(b), m = kq_h(b + 2);
+        uint32_t qh = kq_u32(b + 4), q[4], hl[4], hh[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            q[i] = kq_u32(b + 8 + 4 * i);
+            hl[i] = kq_spread4(qh >> (4 * i));
+            hh[i] = kq_spread4(qh >> (16 + 4 * i));
+        }
+        kq_nib_affine(q, 0, hl, d, m, w);
+        kq_nib_affine(q, 4, hh, d, m, w + 16);
+    }
+};
+
+struct kt_q8_0 {
+    enum { QK = 32, BB = 34, UPB = 1, DIRECT = 0 };
+    static __device__ int run(int p, int r) { return kq_run32(p, r); }
+    static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
+    {
+        float d = kq_h(b);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            uint32_t u = kq_u32a2(b + 2 + 4 * i) ^ 0x80808080u; /* q + 128 */
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                w[4 * i + k] = __fmul_rn(__fsub_rn(kq_bytef(u, k), CW_K_TWO23 + 128.0f), d);
+        }
+    }
+};
+
+struct kt_iq4_nl {
+    enum { QK = 32, BB = 18, UPB = 1, DIRECT = 0 };
+    static __device__ int run(int p, int r) { return kq_run32(p, r); }
+    static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &t, float *w)
+    {
+        float d = kq_h(b);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t q = kq_u32a2(b + 2 + 4 * i);
+            kq_scale_s8(kq_lut(t.iq4nl, q & 0x0F0F0F0Fu), d, w + 4 * i);
+            kq_scale_s8(kq_lut(t.iq4nl, (q >> 4) & 0x0F0F0F0Fu), d, w + 16 + 4 * i);
+        }
+    }
+};
+
+/* MXFP4 scale: 2^(e-128) as quant_rows.h's cw_e8m0_half (e < 2: subnormal). */
+static __device__ __forceinline__ float kq_e8m0_half(uint32_t e)
+{
+    return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
+
+struct kt_mxfp4 {
+    enum { QK = 32, BB = 17, UPB = 1, DIRECT = 0 };
+    static __device__ int run(int p, int r) { return kq_run32(p, r); }
+    static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &t, float *w)
+    {
+        float d = kq_e8m0_half(b[0]);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint8_t *s = b + 1 + 4 * i; /* 1-byte aligned */
+            uint32_t q = s[0] | (uint32_t)s[1] << 8 | (uint32_t)s[2] << 16 | (uint32_t)s[3] << 24;
+            kq_scale_s8(kq_lut(t.fp4, q & 0x0F0F0F0Fu), d, w + 4 * i);
+            kq_scale_s8(kq_lut(t.fp4, (q >> 4) & 0x0F0F0F0Fu), d, w + 16 + 4 * i);
+        }
+    }
+};
+
+/* NVFP4 scale: half the UE4M3 value, as quant_rows.h's cw_ue4m3_half. */
+static __device__ __forceinline__ float kq_ue4m3_half(uint32_t x)
+{
+    if (x == 0 || x == 0x7F)
+        return 0.0f;
+    int e = (x >> 3) & 15, m = x & 7;
+    float v = e ? (float)(8 + m) : (float)m;
+    int p = e ? e - 11 : -10;
+    return __fmul_rn(v, __uint_as_float((uint32_t)(127 + p) << 23));
+}
+
+/* 64-element blocks of four 16-sub-blocks; unit p = sub-blocks 2p, 2p+1. */
+struct kt_nvfp4 {
+    enum { QK = 64, BB = 36, UPB = 2, DIRECT = 0 };
+    static __device__ int run(int p, int r) { return 32 * p + 8 * r; }
+    static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &t, float *w)
+    {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int s = 2 * p + h;
+            float d = kq_ue4m3_half(b[s]);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                uint32_t q = kq_u32(b + 4 + 8 * s + 4 * i);
+                kq_scale_s8(kq_lut(t.fp4, q & 0x0F0F0F0Fu), d, w + 16 * h + 4 * i);
+                kq_scale_s8(kq_lut(t.fp4, (q >> 4) & 0x0F0F0F0Fu), d, w + 16 * h + 8 + 4 * i);
+            }
+        }
+    }
+};
+
+/* ---- K-quants ---- */
+
+/* Q4_K/Q5_K scale and min of sub-block j from the 12 scale bytes held in
+ * words s0 (bytes 0-3), s1 (4-7), s2 (8-11): cw_k4_scale_get's packing. */
+static __device__ __forceinline__ void kq_k4_scale(uint32_t s0, uint32_t s1, uint32_t s2, int j,
+                                                   int *sc, int *m)
+{
+    int jj = j & 3;
+    uint32_t a = s0 >> (8 * jj) & 255, c = s1 >> (8 * jj) & 255, e = s2 >> (8 * jj) & 255;
+    if (j < 4) {
+        *sc = (int)(a & 63);
+        *m = (int)(c & 63);
+    } else {
+        *sc = (int)((e & 15) | (a >> 6) << 4);
+        *m = (int)((e >> 4) | (c >> 6) << 4);
+    }
+}
+
+/* Q4_K/Q5_K unit p: chunk c = p/2 of 64, half hf = p%2 of its 32 qs bytes:
+ * 16 low nibbles (sub-block 2c) then 16 high nibbles (sub-block 2c+1). */
+static __device__ __forceinline__ int kq_run_k4(int p, int r)
+{
+    return 64 * (p >> 1) + 16 * (p & 1) + 8 * (r & 1) + 32 * (r >> 1);
+}
+
+template <bool Q5>
+static __device__ __forceinline__ void kq_k4_unit(const uint8_t *b, int p, float *w)
+{
+    uint4 hd = __ldg((const uint4 *)b);
+    int c = p >> 1, hf = p & 1;
+    uint4 qv = __ldg((const uint4 *)(b + (Q5 ? 48 : 16) + 32 * c + 16 * hf));
+    uint4 hv = make_uint4(0, 0, 0, 0);
+    if (Q5)
+        hv = __ldg((const uint4 *)(b + 16 + 16 * hf));
+    float d = cw_dev_f16_to_f32((uint16_t)(hd.x & 0xFFFF)), dmin = cw_dev_f16_to_f32((uint16_t)(hd.x >> 16));
+    uint32_t q[4] = {qv.x, qv.y, qv.z, qv.w}, qh[4] = {hv.x, hv.y, hv.z, hv.w};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int s = 2 * c + h, sc, m;
+        kq_k4_scale(hd.y, hd.z, hd.w, s, &sc, &m);
+        float dl = __fmul_rn(d, (float)sc), ml = __fmul_rn(dmin, (float)m);
+        float c0 = -dl * CW_K_TWO23;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t v = (q[i] >> (4 * h)) & 0x0F0F0F0Fu;
+            if (Q5)
+                v |= ((qh[i] >> s) & 0x01010101u) << 4;
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                w[16 * h + 4 * i + k] = __fsub_rn(kq_mulq(dl, kq_bytef(v, k), c0), ml);
+        }
+    }
+}
+
+struct kt_q4_k {
+    enum { QK = 256, BB = 144, UPB = 8, DIRECT = 1 };
+    static __device__ int run(int p, int r) { return kq_run_k4(p, r); }
+    static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
+    {
+        kq_k4_unit<false>(b, p, w);
+    }
+};
+
+struct kt_q5_k {
+    enum { QK = 256, BB = 176, UPB = 8, DIRECT = 1 };
+    static __device__ int run(int p, int r) { return kq_run_k4(p, r); }
+    static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
+    {
+        kq_k4_unit<true>(b, p, w);
+    }
+};
+
+/* Q2_K/Q3_K/Q6_K unit p: half hh = p/4 of 128, lanes l0 = 8(p%4) .. +8 of
+ * each of the four 32-runs k (element 128hh + 32k + l0 + i). */
+static __device__ __forceinline__ int kq_run_k6(int p, int r)
+{
+    return 128 * (p >> 2) + 32 * r + 8 * (p & 3);
+}
+
+struct kt_q6_k {
+    enum { QK = 256, BB = 210, UPB = 8, DIRECT = 0 };
+    static __device__ int run(int p, int r) { return kq_run_k6(p, r); }
+    static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
+    {
+        int hh = p >> 2, l0 = 8 * (p & 3);
+        float d = kq_h(b + 208);
+        const uint8_t *ql = b + 64 * hh + l0, *qh = b + 128 + 32 * hh + l0;
+        uint32_t A[2] = {kq_u32a2(ql), kq_u32a2(ql + 4)};
+        uint32_t B[2] = {kq_u32a2(ql + 32), kq_u32a2(ql + 36)};
+        uint32_t C[2] = {kq_u32a2(qh), kq_u32a2(qh + 4)};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int8_t sc = (int8_t)b[192 + 8 * hh + 2 * k + (l0 >> 4)];
+            float dl = __fmul_rn(d, (float)sc);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                uint32_t lo = ((k & 1 ? B[i] : A[i]) >> (4 * (k >> 1))) & 0x0F0F0F0Fu;
+                uint32_t v = lo | ((C[i] >> (2 * k)) & 0x03030303u) << 4;
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    w[8 * k + 4 * i + j] =
+                        __fmul_rn(dl, __fsub_rn(kq_bytef(v, j), CW_K_TWO23 + 32.0f));
+            }
+        }
+    }
+};
+
+struct kt_q2_k {
+    enum { QK = 256, BB = 84, UPB = 8, DIRECT = 0 };
+    static __device__ int run(int p, int r) { return kq_run_k6(p, r); }
+    static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
+    {
+        int hh = p >> 2, l0 = 8 * (p & 3);
+        float d = kq_h(b + 80), dmin = kq_h(b + 82);
+        uint32_t q[2] = {kq_u32(b + 16 + 32 * hh + l0), kq_u32(b + 20 + 32 * hh + l0)};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint32_t sb = b[8 * hh + 2 * k + (l0 >> 4)];
+            float dl = __fmul_rn(d, (float)(sb & 15)), ml = __fmul_rn(dmin, (float)(sb >> 4));
+            float c0 = -dl * CW_K_TWO23;
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                uint32_t v = (q[i] >> (2 * k)) & 0x03030303u;
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    w[8 * k + 4 * i + j] = __fsub_rn(kq_mulq(dl, kq_bytef(v, j), c0), ml);
+            }
+        }
+    }
+};
+
+struct kt_q3_k {
+    enum { QK = 256, BB = 110, UPB = 8, DIRECT = 0 };
+    static __device__ int run(int p, int r) { return kq_run_k6(p, r); }
+    static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
+    {
+        int hh = p >> 2, l0 = 8 * (p & 3);
+        float d = kq_h(b + 108);
+        const uint8_t *sc = b + 96;
+        uint32_t q[2] = {kq_u32a2(b + 32 + 32 * hh + l0), kq_u32a2(b + 36 + 32 * hh + l0)};
+        uint32_t hm[2] = {kq_u32a2(b + l0), kq_u32a2(b + l0 + 4)};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int j = 8 * hh + 2 * k + (l0 >> 4); /* cw_k3_scale_get */
+            int lo = j < 8 ? sc[j] & 15 : sc[j - 8] >> 4;
+            int hi = (sc[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+            float dl = __fmul_rn(d, (float)((lo | hi << 4) - 32));
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                /* q - (hbit ? 0 : 4) = (q + 4*hbit) - 4 */
+                uint32_t v = ((q[i] >> (2 * k)) & 0x03030303u) |
+                             ((hm[i] >> (4 * hh + k)) & 0x01010101u) << 2;
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    w[8 * k + 4 * i + e] =
+                        __fmul_rn(dl, __fsub_rn(kq_bytef(v, e), CW_K_TWO23 + 4.0f));
+            }
+        }
+    }
+};
+
+/* IQ4_XS: unit p = sub-block p of 32 (lo nibbles 0..15, hi 16..31). */
+struct kt_iq4_xs {
+    enum { QK = 256, BB = 136, UPB = 8, DIRECT = 0 };
+    static __device__ int run(int p, int r) { return 32 * p + 8 * r; }
+    static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &t, float *w)
+    {
+        float d = kq_h(b);
+        uint32_t sh = kq_u16(b + 2), sl = b[4 + p / 2];
+        int ls = (int)(((sl >> (4 * (p & 1))) & 15) | ((sh >> (2 * p)) & 3) << 4);
+        float dl = __fmul_rn(d, (float)(ls - 32));
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t q = kq_u32(b + 8 + 16 * p + 4 * i);
+            kq_scale_s8(kq_lut(t.iq4nl, q & 0x0F0F0F0Fu), dl, w + 4 * i);
+            kq_scale_s8(kq_lut(t.iq4nl, (q >> 4) & 0x0F0F0F0Fu), dl, w + 16 + 4 * i);
+        }
+    }
+};
+
+/* The one switch from the enum to the template instances (STYLE §5): calls
+ * f.template go<T>() for the type's decoder; returns -1 for a type
+ * the kernels do not read. */
+template <class F>
+static int cw_k_dispatch(enum cw_qtype type, F &f)
+{
+    switch (type) {
+    case CW_TYPE_F32: return f.template go<kt_f32>();
+    case CW_TYPE_F16: return f.template go<kt_f16>();
+    case CW_TYPE_BF16: return f.template go<kt_bf16>();
+    case CW_TYPE_Q4_0: return f.template go<kt_q4_0>();
+    case CW_TYPE_Q4_1: return f.template go<kt_q4_1>();
+    case CW_TYPE_Q5_0: return f.template go<kt_q5_0>();
+    case CW_TYPE_Q5_1: return f.template go<kt_q5_1>();
+    case CW_TYPE_Q8_0: return f.template go<kt_q8_0>();
+    case CW_TYPE_Q2_K: return f.template go<kt_q2_k>();
+    case CW_TYPE_Q3_K: return f.template go<kt_q3_k>();
+    case CW_TYPE_Q4_K: return f.template go<kt_q4_k>();
+    case CW_TYPE_Q5_K: return f.template go<kt_q5_k>();
+    case CW_TYPE_Q6_K: return f.template go<kt_q6_k>();
+    case CW_TYPE_IQ4_NL: return f.template go<kt_iq4_nl>();
+    case CW_TYPE_IQ4_XS: return f.template go<kt_iq4_xs>();
+    case CW_TYPE_MXFP4: return f.template go<kt_mxfp4>();
+    case CW_TYPE_NVFP4: return f.template go<kt_nvfp4>();
+    default: return -1;
+    }
+}
+
+/* Elements per kernel block of a type (256 for the float types, see kt_f32). */
+int cw_k_block_elems(enum cw_qtype type);
+/* The lookup tables, from gguf/. */
+struct cw_k_tabs cw_k_tables(void);
+/* Checks W's type, n_in, row/expert strides and pointer alignment. */
+int cw_k_check_mat(const struct cw_k_mat *W, const char *what, struct cw_err *err);
+/* The prefill product (k_gemm.cu): dequantised f32 row chunks times x
+ * through cuBLAS TF32 tensor cores. */
+int cw_k_gemm(struct cw_cuda *c, const struct cw_k_mat *W, const float *d_x, int64_t ldx,
+              int64_t n_tok, float *d_y, int64_t ldy, bool add, const float *d_scale_logit,
+              void *d_scratch, struct cw_err *err);
+size_t cw_k_gemm_scratch(const struct cw_k_mat *W, int64_t n_tok);
+
+#endif

@@ -1,0 +1,546 @@
+/* test_gpu_gemv.c — the CUDA quantised products (k_gemv.cu, k_gemm.cu)
+ * against double references of the dequantised weights.
+ *
+ * Every type the CPU multiplies: weights from cwen's own quantisers, fresh
+ * random x per check, outputs poisoned with NaN before each launch and every
+ * element checked. Bounds (derived in k_gemv.cu / k_gemm.cu):
+ *   GEMV (n_tok <= 32): (L + 5) 2^-24 Σ|w x|, L = 32 ceil(n_in / 1024) the
+ *     lane's fma chain, plus 4 ulp of the result for the σ scale / add;
+ *   GEMM (tensor cores, TF32): (2^-9 + n_in 2^-24) Σ|w x| + 4 ulp.
+ * Dequantisation and get_rows are exact (bit-equal to quant_dequant.c), and
+ * batch invariance is bit-exact. CWEN_GPU_BENCH=1 adds the GB/s table. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_timer.h"
+#include "cuda/kernels.h"
+#include "gpu_test.h"
+
+#define GEMV_MAX_TOK 32 /* k_gemv.cu's CW_K_GEMV_MAX_TOK */
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static double unif(void)
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return ((rng >> 11) + 0.5) / 9007199254740992.0;
+}
+static float gauss(void)
+{
+    return (float)(sqrt(-2.0 * log(unif())) * cos(6.283185307179586 * unif()));
+}
+
+static struct cw_cuda *C;
+static struct cw_err E;
+
+#define CK(call)                                                    \
+    do {                                                            \
+        if ((call) != 0) {                                          \
+            printf("not ok - %s:%d: %s\n", __FILE__, __LINE__, E.msg); \
+            exit(1);                                                \
+        }                                                           \
+    } while (0)
+
+static void *dalloc(size_t n)
+{
+    void *p;
+    CK(cw_cuda_alloc(C, &p, n, &E));
+    return p;
+}
+static void up(void *d, const void *h, size_t n) { CK(cw_cuda_upload(C, d, h, n, &E)); }
+static void down(void *h, const void *d, size_t n) { CK(cw_cuda_download(C, h, d, n, &E)); }
+
+static const enum cw_qtype TYPES[] = {
+    CW_TYPE_Q4_K, CW_TYPE_Q6_K, CW_TYPE_Q5_K, CW_TYPE_Q8_0, CW_TYPE_F32, CW_TYPE_F16,
+    CW_TYPE_BF16, CW_TYPE_Q4_0, CW_TYPE_Q4_1, CW_TYPE_Q5_0, CW_TYPE_Q5_1, CW_TYPE_Q2_K,
+    CW_TYPE_Q3_K, CW_TYPE_IQ4_NL, CW_TYPE_IQ4_XS, CW_TYPE_MXFP4, CW_TYPE_NVFP4,
+};
+#define N_TYPES (int)(sizeof TYPES / sizeof TYPES[0])
+
+/* A host matrix: quantised bytes and their dequantised f32 values. */
+struct hmat {
+    enum cw_qtype type;
+    int64_t n_in, n_out;
+    size_t rb;
+    uint8_t *q;
+    float *w;
+};
+
+/* Rows of Gaussian weights with a per-row scale spread (so that block scales
+ * differ), quantised by cwen's quantiser and dequantised back. */
+static void hmat_make(struct hmat *m, enum cw_qtype type, int64_t n_in, int64_t n_out)
+{
+    const struct cw_qtype_traits *tr = cw_qtype_traits(type);
+    m->type = type, m->n_in = n_in, m->n_out = n_out;
+    m->rb = cw_qtype_row_bytes(type, n_in);
+    m->q = malloc(m->rb * n_out);
+    m->w = malloc(sizeof(float) * n_in * n_out);
+    float *src = malloc(sizeof(float) * n_in);
+    for (int64_t r = 0; r < n_out; r++) {
+        float s = (float)(0.02 * exp(2.0 * unif()));
+        for (int64_t i = 0; i < n_in; i++)
+            src[i] = s * gauss() + (i % 97 == 0 ? 0.1f * s : 0.0f);
+        tr->quant_row(src, m->q + r * m->rb, n_in);
+        tr->dequant_row(m->q + r * m->rb, m->w + r * n_in, n_in);
+    }
+    free(src);
+}
+
+static void hmat_free(struct hmat *m)
+{
+    free(m->q);
+    free(m->w);
+}
+
+static void fill_x(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = gauss();
+}
+
+static void fill_nan(float *h, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        h[i] = NAN;
+}
+
+static double sigm(float s) { return 1.0f / (1.0f + expf(-s)); }
+
+/* One matmul check. Returns the number of bad elements. */
+static int check_matmul(const struct hmat *m, const void *d_w, int64_t n_tok, int64_t ldx,
+                        int64_t ldy, int add, int scale, const char *tag)
+{
+    struct cw_k_mat W = {m->type, d_w, m->rb, 0, m->n_in, m->n_out};
+    float *x = malloc(sizeof(float) * ldx * n_tok), *y0 = malloc(sizeof(float) * ldy * n_tok);
+    float *y = malloc(sizeof(float) * ldy * n_tok), sl[256];
+    fill_x(x, ldx * n_tok);
+    for (int64_t i = 0; i < ldy * n_tok; i++)
+        y0[i] = add ? gauss() : NAN;
+    for (int t = 0; t < n_tok; t++)
+        sl[t] = 2.0f * gauss();
+    float *dx = dalloc(sizeof(float) * ldx * n_tok), *dy = dalloc(sizeof(float) * ldy * n_tok);
+    float *ds = dalloc(sizeof sl);
+    size_t ns = cw_k_matmul_scratch(&W, n_tok);
+    void *scr = ns ? dalloc(ns) : NULL;
+    up(dx, x, sizeof(float) * ldx * n_tok);
+    up(dy, y0, sizeof(float) * ldy * n_tok);
+    up(ds, sl, sizeof sl);
+    CK(cw_k_matmul(C, &W, dx, ldx, n_tok, dy, ldy, add, scale ? ds : NULL, scr, &E));
+    down(y, dy, sizeof(float) * ldy * n_tok);
+    int gemm = n_tok > GEMV_MAX_TOK;
+    double L = 32.0 * ceil(m->n_in / 1024.0);
+    double rel = gemm ? ldexp(1, -9) + m->n_in * ldexp(1, -24) : (L + 5) * ldexp(1, -24);
+    int bad = 0;
+    double worst = 0;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < ldy; r++) {
+            float got = y[t * ldy + r];
+            if (r >= m->n_out) { /* past n_out: untouched */
+                float want = y0[t * ldy + r];
+                if (memcmp(&got, &want, 4))
+                    bad++;
+                continue;
+            }
+            double s = 0, sa = 0;
+            for (int64_t i = 0; i < m->n_in; i++) {
+                double p = (double)m->w[r * m->n_in + i] * x[t * ldx + i];
+                s += p, sa += fabs(p);
+            }
+            double g = scale ? sigm(sl[t]) : 1.0;
+            double ref = s * g + (add ? y0[t * ldy + r] : 0.0);
+            double tol = rel * sa * g + 4 * ldexp(fabs(s * g) + fabs(ref), -24) + 1e-30;
+            double e = fabs(got - ref);
+            if (!(e <= tol)) {
+                if (bad < 3)
+                    note("%s: t %lld r %lld: got %.9g want %.9g (tol %.3g)", tag, (long long)t,
+                         (long long)r, got, ref, tol);
+                bad++;
+            } else if (e / tol > worst) {
+                worst = e / tol;
+            }
+        }
+    ok(bad == 0, "%s %s %lldx%lld n_tok %lld ldx %lld ldy %lld%s%s: %d bad (worst %.2f of bound)",
+       tag, cw_qtype_name(m->type), (long long)m->n_out, (long long)m->n_in, (long long)n_tok,
+       (long long)ldx, (long long)ldy, add ? " add" : "", scale ? " scaled" : "", bad, worst);
+    cw_cuda_free(C, dx), cw_cuda_free(C, dy), cw_cuda_free(C, ds), cw_cuda_free(C, scr);
+    free(x), free(y0), free(y);
+    return bad;
+}
+
+/* Exact dequantisation: dequant_rows over an offset range and get_rows with
+ * repeated / out-of-order tokens, bit-equal to quant_dequant.c. */
+static void check_dequant(const struct hmat *m, const void *d_w)
+{
+    struct cw_k_mat W = {m->type, d_w, m->rb, 0, m->n_in, m->n_out};
+    int64_t r0 = m->n_out > 2 ? 1 : 0, n = m->n_out - r0;
+    float *dy = dalloc(sizeof(float) * m->n_in * (n + 4)), *y = malloc(sizeof(float) * m->n_in * (n + 4));
+    fill_nan(y, m->n_in * n);
+    up(dy, y, sizeof(float) * m->n_in * n);
+    CK(cw_k_dequant_rows(C, &W, 0, r0, n, dy, &E));
+    down(y, dy, sizeof(float) * m->n_in * n);
+    ok(!memcmp(y, m->w + r0 * m->n_in, sizeof(float) * m->n_in * n),
+       "dequant_rows %s rows [%lld, %lld): bit-equal to quant_dequant.c", cw_qtype_name(m->type),
+       (long long)r0, (long long)m->n_out);
+    int32_t tok[4] = {(int32_t)(m->n_out - 1), 0, (int32_t)(m->n_out - 1), (int32_t)(m->n_out / 2)};
+    int32_t *dt = dalloc(sizeof tok);
+    up(dt, tok, sizeof tok);
+    fill_nan(y, m->n_in * 4);
+    up(dy, y, sizeof(float) * m->n_in * 4);
+    CK(cw_k_get_rows(C, &W, dt, 4, dy, &E));
+    down(y, dy, sizeof(float) * m->n_in * 4);
+    int same = 1;
+    for (int t = 0; t < 4; t++)
+        same &= !memcmp(y + t * m->n_in, m->w + (int64_t)tok[t] * m->n_in, sizeof(float) * m->n_in);
+    ok(same, "get_rows %s: rows {last, 0, last, mid} bit-equal", cw_qtype_name(m->type));
+    cw_cuda_free(C, dy), cw_cuda_free(C, dt);
+    free(y);
+}
+
+/* Batch invariance: token j's bits from n_tok = 1 (alone) equal its bits at
+ * every position of launches of 2, 3, 8, 9 and 32 tokens. */
+static void check_invariance(const struct hmat *m, const void *d_w)
+{
+    struct cw_k_mat W = {m->type, d_w, m->rb, 0, m->n_in, m->n_out};
+    const int NTOK = 32;
+    float *x = malloc(sizeof(float) * m->n_in * NTOK);
+    fill_x(x, m->n_in * NTOK);
+    float *dx = dalloc(sizeof(float) * m->n_in * NTOK), *dy = dalloc(sizeof(float) * m->n_out * NTOK);
+    float *solo = malloc(sizeof(float) * m->n_out * NTOK), *y = malloc(sizeof(float) * m->n_out * NTOK);
+    up(dx, x, sizeof(float) * m->n_in * NTOK);
+    for (int t = 0; t < NTOK; t++)
+        CK(cw_k_matmul(C, &W, dx + t * m->n_in, m->n_in, 1, dy + t * m->n_out, m->n_out, false,
+                       NULL, NULL, &E));
+    down(solo, dy, sizeof(float) * m->n_out * NTOK);
+    static const int sizes[] = {2, 3, 8, 9, 32};
+    int same = 1;
+    for (int s = 0; s < 5; s++)
+        for (int t0 = 0; t0 + sizes[s] <= NTOK; t0 += sizes[s] == 32 ? 32 : 5) {
+            CK(cw_k_matmul(C, &W, dx + t0 * m->n_in, m->n_in, sizes[s], dy, m->n_out, false, NULL,
+                           NULL, &E));
+            down(y, dy, sizeof(float) * m->n_out * sizes[s]);
+            same &= !memcmp(y, solo + t0 * m->n_out, sizeof(float) * m->n_out * sizes[s]);
+        }
+    ok(same, "%s %lldx%lld: a token's bits equal alone and at every position of 2..32-token batches",
+       cw_qtype_name(m->type), (long long)m->n_out, (long long)m->n_in);
+    cw_cuda_free(C, dx), cw_cuda_free(C, dy);
+    free(x), free(solo), free(y);
+}
+
+static void test_type(enum cw_qtype type)
+{
+    const struct cw_qtype_traits *tr = cw_qtype_traits(type);
+    ok(cw_k_supports(type), "%s supported", tr->name);
+    int64_t qk = tr->block_elems < 32 ? 256 : tr->block_elems; /* float types: kernel blocks of 256 */
+    struct { int64_t n_in, n_out, n_tok, ldx_pad, ldy_pad; int add, scale; } S[] = {
+        {qk, 1, 1, 0, 0, 0, 0},           /* one block, one row */
+        {qk * 5, 13, 3, 8, 3, 1, 0},      /* partial lane round, odd rows, strides, add */
+        {2048, 37, 8, 0, 0, 0, 1},        /* two lane rounds, scaled (shared expert) */
+        {2048, 64, 2, 4, 0, 1, 1},
+        {qk * 3, 9, 9, 0, 5, 0, 0},       /* two token groups */
+        {1024, 19, 33, 0, 0, 1, 1},       /* GEMM regime */
+        {2048, 70, 72, 4, 2, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
+        if (S[i].n_in % qk)
+            continue;
+        struct hmat m;
+        hmat_make(&m, type, S[i].n_in, S[i].n_out);
+        void *dw = dalloc(m.rb * m.n_out);
+        up(dw, m.q, m.rb * m.n_out);
+        check_matmul(&m, dw, S[i].n_tok, m.n_in + S[i].ldx_pad, m.n_out + S[i].ldy_pad, S[i].add,
+                     S[i].scale, S[i].n_tok > GEMV_MAX_TOK ? "gemm" : "gemv");
+        if (i == 1 || i == 2)
+            check_dequant(&m, dw);
+        if (i == 2)
+            check_invariance(&m, dw);
+        cw_cuda_free(C, dw);
+        hmat_free(&m);
+    }
+}
+
+/* ---- routed experts ----------------------------------------------------- */
+
+/* X experts stacked; only the n_used experts in `used` hold real weights, the
+ * others NaN scales (0xFF bytes), so that reading a wrong expert shows. */
+struct hexp {
+    struct hmat m[32];
+    int used[32], n_used;
+    size_t eb;
+    void *d;
+};
+
+static void hexp_make(struct hexp *h, enum cw_qtype type, int X, int64_t n_in, int64_t n_out,
+                      const int *used, int n_used)
+{
+    h->n_used = n_used;
+    h->eb = cw_qtype_row_bytes(type, n_in) * n_out;
+    h->d = dalloc(h->eb * X);
+    CK(cw_cuda_memset(C, h->d, 0xFF, h->eb * X, &E));
+    for (int i = 0; i < n_used; i++) {
+        h->used[i] = used[i];
+        hmat_make(&h->m[i], type, n_in, n_out);
+        up((char *)h->d + h->eb * used[i], h->m[i].q, h->eb);
+    }
+}
+
+static const float *hexp_w(const struct hexp *h, int e)
+{
+    for (int i = 0; i < h->n_used; i++)
+        if (h->used[i] == e)
+            return h->m[i].w;
+    return NULL;
+}
+
+static void check_moe(enum cw_qtype tg, enum cw_qtype td, int64_t n_tok)
+{
+    const int X = 256, K = 8;
+    const int64_t E_ = 2048, F = 512;
+    int used[12];
+    for (int i = 0; i < 12; i++)
+        used[i] = (37 * i + 5) % X;
+    int n_used = n_tok == 1 ? 6 : 12;
+    struct hexp G, U, D;
+    hexp_make(&G, tg, X, E_, F, used, n_used);
+    hexp_make(&U, tg, X, E_, F, used, n_used);
+    hexp_make(&D, td, X, F, E_, used, n_used);
+    int32_t *ids = malloc(sizeof(int32_t) * n_tok * K);
+    float *wts = malloc(sizeof(float) * n_tok * K), *x = malloc(sizeof(float) * n_tok * E_);
+    for (int64_t p = 0; p < n_tok * K; p++) {
+        ids[p] = used[(int)(unif() * n_used)]; /* repeats within a token too */
+        wts[p] = (float)unif();
+    }
+    fill_x(x, n_tok * E_);
+    float *h0 = malloc(sizeof(float) * n_tok * E_), *h = malloc(sizeof(float) * n_tok * E_);
+    fill_x(h0, n_tok * E_);
+    float *act = malloc(sizeof(float) * n_tok * K * F);
+    int32_t *d_ids = dalloc(sizeof(int32_t) * n_tok * K);
+    float *d_wts = dalloc(sizeof(float) * n_tok * K), *d_x = dalloc(sizeof(float) * n_tok * E_);
+    float *d_h = dalloc(sizeof(float) * n_tok * E_), *d_act = dalloc(sizeof(float) * n_tok * K * F);
+    up(d_ids, ids, sizeof(int32_t) * n_tok * K);
+    up(d_wts, wts, sizeof(float) * n_tok * K);
+    up(d_x, x, sizeof(float) * n_tok * E_);
+    up(d_h, h0, sizeof(float) * n_tok * E_);
+    fill_nan(act, n_tok * K * F);
+    up(d_act, act, sizeof(float) * n_tok * K * F);
+    struct cw_k_mat mg = {tg, G.d, cw_qtype_row_bytes(tg, E_), G.eb, E_, F};
+    struct cw_k_mat mu = {tg, U.d, cw_qtype_row_bytes(tg, E_), U.eb, E_, F};
+    struct cw_k_mat md = {td, D.d, cw_qtype_row_bytes(td, F), D.eb, F, E_};
+    size_t ns = cw_k_moe_scratch(&mg, X, K, n_tok);
+    void *scr = ns ? dalloc(ns) : NULL;
+    CK(cw_k_moe_gate_up(C, &mg, &mu, d_x, d_ids, K, n_tok, d_act, scr, &E));
+    down(act, d_act, sizeof(float) * n_tok * K * F);
+    /* gate_up: g and u each within the GEMV bound; act = silu(g) u, whose
+     * error is |silu'(g)| e_g |u| + |silu(g)| e_u (silu' <= 1.1) + 4 ulp */
+    double relg = (32.0 * 2 + 5) * ldexp(1, -24);
+    int bad = 0;
+    for (int64_t p = 0; p < n_tok * K; p++) {
+        const float *gw = hexp_w(&G, ids[p]), *uw = hexp_w(&U, ids[p]);
+        const float *xt = x + (p / K) * E_;
+        for (int64_t r = 0; r < F; r++) {
+            double g = 0, ga = 0, u = 0, ua = 0;
+            for (int64_t i = 0; i < E_; i++) {
+                double a = (double)gw[r * E_ + i] * xt[i], b = (double)uw[r * E_ + i] * xt[i];
+                g += a, ga += fabs(a), u += b, ua += fabs(b);
+            }
+            double sg = g / (1 + exp(-g)), ref = sg * u;
+            double tol = 1.1 * relg * ga * (fabs(u) + relg * ua) + fabs(sg) * relg * ua +
+                         8 * ldexp(fabs(ref), -24) + 1e-30;
+            float got = act[p * F + r];
+            if (!(fabs(got - ref) <= tol)) {
+                if (bad < 3)
+                    note("gate_up pair %lld r %lld: got %.9g want %.9g", (long long)p, (long long)r,
+                         got, ref);
+                bad++;
+            }
+        }
+    }
+    ok(bad == 0, "moe_gate_up %s K=%d X=%d %lldx%lld n_tok %lld: %d bad", cw_qtype_name(tg), K, X,
+       (long long)F, (long long)E_, (long long)n_tok, bad);
+    /* down on the GPU's act (so only the down error is measured) */
+    CK(cw_k_moe_down(C, &md, d_act, d_ids, d_wts, K, n_tok, d_h, scr, &E));
+    down(h, d_h, sizeof(float) * n_tok * E_);
+    double reld = (32.0 + 5) * ldexp(1, -24);
+    bad = 0;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < E_; r++) {
+            double s = 0, sa = 0;
+            for (int k = 0; k < K; k++) {
+                const float *dw = hexp_w(&D, ids[t * K + k]) + r * F;
+                const float *a = act + (t * K + k) * F;
+                double d = 0, da = 0;
+                for (int64_t i = 0; i < F; i++)
+                    d += (double)dw[i] * a[i], da += fabs((double)dw[i] * a[i]);
+                s += wts[t * K + k] * d;
+                sa += wts[t * K + k] * (da * (1 + reld) + fabs(d));
+            }
+            double ref = h0[t * E_ + r] + s;
+            /* dot bounds, K fma roundings (<= 2^-24 of the partial sums) and the add */
+            double tol = reld * sa + (K + 1) * ldexp(sa + fabs(h0[t * E_ + r]), -24) + 1e-30;
+            float got = h[t * E_ + r];
+            if (!(fabs(got - ref) <= tol)) {
+                if (bad < 3)
+                    note("down t %lld r %lld: got %.9g want %.9g (tol %.3g)", (long long)t,
+                         (long long)r, got, ref, tol);
+                bad++;
+            }
+        }
+    ok(bad == 0, "moe_down %s K=%d %lldx%lld n_tok %lld (h += Σ_k w_k D_e act): %d bad",
+       cw_qtype_name(td), K, (long long)E_, (long long)F, (long long)n_tok, bad);
+    /* batch invariance of the experts: token 0 alone equals token 0 of the batch */
+    if (n_tok > 1) {
+        float a1[8 * 512], *ab = malloc(sizeof(float) * K * F);
+        memcpy(ab, act, sizeof(float) * K * F);
+        CK(cw_k_moe_gate_up(C, &mg, &mu, d_x, d_ids, K, 1, d_act, scr, &E));
+        down(a1, d_act, sizeof(float) * K * F);
+        ok(!memcmp(a1, ab, sizeof(float) * K * F), "moe_gate_up: token 0 alone = in the batch");
+        free(ab);
+    }
+    cw_cuda_free(C, d_ids), cw_cuda_free(C, d_wts), cw_cuda_free(C, d_x), cw_cuda_free(C, d_h);
+    cw_cuda_free(C, d_act), cw_cuda_free(C, scr);
+    cw_cuda_free(C, G.d), cw_cuda_free(C, U.d), cw_cuda_free(C, D.d);
+    for (int i = 0; i < n_used; i++)
+        hmat_free(&G.m[i]), hmat_free(&U.m[i]), hmat_free(&D.m[i]);
+    free(ids), free(wts), free(x), free(h0), free(h), free(act);
+}
+
+static void check_refusals(void)
+{
+    struct cw_k_mat W = {CW_TYPE_Q4_K, (void *)(uintptr_t)256, 144, 0, 300, 4};
+    float *p = (float *)(uintptr_t)256;
+    ok(cw_k_matmul(C, &W, p, 300, 1, p, 4, false, NULL, NULL, &E) == -1,
+       "n_in not a multiple of the block refused: %s", E.msg);
+    W.n_in = 256, W.row_bytes = 100;
+    ok(cw_k_matmul(C, &W, p, 256, 1, p, 4, false, NULL, NULL, &E) == -1, "short rows refused");
+    W.row_bytes = 144, W.type = CW_TYPE_Q8_K;
+    ok(!cw_k_supports(CW_TYPE_Q8_K) && cw_k_matmul(C, &W, p, 256, 1, p, 4, false, NULL, NULL, &E) == -1,
+       "q8_K (an activation format) refused");
+    W.type = CW_TYPE_Q4_K;
+    ok(cw_k_matmul(C, &W, p + 1, 256, 1, p, 4, false, NULL, NULL, &E) == -1,
+       "unaligned x refused");
+}
+
+/* ---- benchmark ---------------------------------------------------------- */
+
+struct bench {
+    struct cw_k_mat W[256], D[256];
+    int n_copies, moe;
+    int64_t n_tok;
+    void *scratch;
+    float *x, *y, *act, *h, *wts;
+    int32_t *ids;
+};
+
+static int bench_rep(void *ctx, int rep, struct cw_err *err)
+{
+    struct bench *b = ctx;
+    int i = rep % b->n_copies;
+    const int32_t *ids = b->ids + 8 * (rep % 64); /* a fresh set of experts per rep */
+    if (b->moe == 1)
+        return cw_k_moe_gate_up(C, &b->W[i], &b->D[i], b->x, ids, 8, 1, b->act, NULL, err);
+    if (b->moe == 2)
+        return cw_k_moe_down(C, &b->W[i], b->act, ids, b->wts, 8, 1, b->h, NULL, err);
+    return cw_k_matmul(C, &b->W[i], b->x, b->W[i].n_in, b->n_tok, b->y, b->W[i].n_out, false,
+                       NULL, b->scratch, err);
+}
+
+/* Weights rotated over copies beyond 2x L2 (60 MB) so each rep streams from
+ * HBM; bytes counted are the weight bytes read (x and y are noise). */
+static void bench_one(enum cw_qtype type, int64_t n_in, int64_t n_out, int moe, int64_t n_tok,
+                      double peak)
+{
+    struct bench b = {0};
+    b.n_tok = n_tok;
+    size_t rb = cw_qtype_row_bytes(type, n_in), bytes = rb * n_out;
+    int X = moe ? 256 : 1;
+    size_t total = bytes * X * (moe == 1 ? 2 : 1);
+    b.n_copies = (int)(total >= (120u << 20) ? 1 : ((120u << 20) / total + 1));
+    if (b.n_copies > 256)
+        b.n_copies = 256;
+    b.moe = moe;
+    for (int i = 0; i < b.n_copies; i++) {
+        void *d = dalloc(bytes * X);
+        CK(cw_cuda_memset(C, d, 0x11, bytes * X, &E)); /* finite scales */
+        b.W[i] = (struct cw_k_mat){type, d, rb, moe ? bytes : 0, n_in, n_out};
+        if (moe == 1) {
+            void *u = dalloc(bytes * X);
+            CK(cw_cuda_memset(C, u, 0x11, bytes * X, &E));
+            b.D[i] = b.W[i];
+            b.D[i].d_w = u;
+        }
+    }
+    b.x = dalloc(sizeof(float) * 512 * 8192);
+    b.y = dalloc(sizeof(float) * 512 * 8192);
+    size_t ns = cw_k_matmul_scratch(&b.W[0], n_tok);
+    b.scratch = ns ? dalloc(ns) : NULL;
+    b.act = dalloc(sizeof(float) * 8 * 8192);
+    b.h = dalloc(sizeof(float) * 8192);
+    b.wts = dalloc(sizeof(float) * 8);
+    b.ids = dalloc(sizeof(int32_t) * 8 * 64);
+    int32_t ids[8 * 64]; /* 64 sets of 8 walking all 256 experts: beyond L2 */
+    for (int j = 0; j < 8 * 64; j++)
+        ids[j] = (j * 37 + 11) % 256;
+    up(b.ids, ids, sizeof ids);
+    CK(cw_cuda_memset(C, b.x, 0, sizeof(float) * 512 * 8192, &E));
+    CK(cw_cuda_memset(C, b.act, 0, sizeof(float) * 8 * 8192, &E));
+    CK(cw_cuda_memset(C, b.wts, 0, sizeof(float) * 8, &E));
+    double ms = 0;
+    CK(cw_cuda_time(C, bench_rep, &b, 200, &ms, &E));
+    double read = moe == 1 ? 2.0 * 8 * bytes : moe == 2 ? 8.0 * bytes : (double)bytes;
+    double gbs = read / (ms * 1e-3) / 1e9;
+    if (n_tok > 1)
+        note("bench matmul %s %6lld x %5lld n_tok %3lld: %8.2f us  %6.1f TFLOP/s  weights %7.1f GB/s",
+             cw_qtype_name(type), (long long)n_out, (long long)n_in, (long long)n_tok, ms * 1e3,
+             2.0 * n_out * n_in * n_tok / (ms * 1e-3) / 1e12, gbs);
+    else
+        note("bench %-12s %s %6lld x %5lld: %8.2f us  %7.1f GB/s  (%.0f%% of copy bw %.0f)",
+             moe == 1 ? "moe_gate_up" : moe == 2 ? "moe_down" : "gemv", cw_qtype_name(type),
+             (long long)n_out, (long long)n_in, ms * 1e3, gbs, 100 * gbs / peak, peak);
+    for (int i = 0; i < b.n_copies; i++) {
+        cw_cuda_free(C, (void *)b.W[i].d_w);
+        if (moe == 1)
+            cw_cuda_free(C, (void *)b.D[i].d_w);
+    }
+    cw_cuda_free(C, b.x), cw_cuda_free(C, b.y), cw_cuda_free(C, b.act), cw_cuda_free(C, b.h);
+    cw_cuda_free(C, b.wts), cw_cuda_free(C, b.ids), cw_cuda_free(C, b.scratch);
+}
+
+static void bench(void)
+{
+    double peak = 0;
+    CK(cw_cuda_copy_bandwidth(C, (size_t)1 << 30, &peak, &E));
+    note("copy bandwidth %.0f GB/s", peak);
+    static const enum cw_qtype bt[] = {CW_TYPE_Q4_K, CW_TYPE_Q6_K, CW_TYPE_Q8_0, CW_TYPE_Q5_K,
+                                       CW_TYPE_BF16, CW_TYPE_F16};
+    static const int64_t outs[] = {512, 2048, 8192};
+    for (int t = 0; t < 6; t++)
+        for (int o = 0; o < 3; o++)
+            bench_one(bt[t], 2048, outs[o], 0, 1, peak);
+    bench_one(CW_TYPE_Q4_K, 8192, 2048, 0, 1, peak);
+    bench_one(CW_TYPE_Q4_K, 2048, 248320, 0, 1, peak);
+    bench_one(CW_TYPE_Q6_K, 2048, 248320, 0, 1, peak);
+    bench_one(CW_TYPE_Q8_0, 2048, 248320, 0, 1, peak);
+    bench_one(CW_TYPE_Q4_K, 2048, 512, 1, 1, peak);
+    bench_one(CW_TYPE_Q4_K, 512, 2048, 2, 1, peak);
+    bench_one(CW_TYPE_Q6_K, 512, 2048, 2, 1, peak);
+    bench_one(CW_TYPE_Q4_K, 2048, 8192, 0, 8, peak);
+    bench_one(CW_TYPE_Q4_K, 2048, 8192, 0, 32, peak);
+    bench_one(CW_TYPE_Q4_K, 2048, 8192, 0, 512, peak);
+    bench_one(CW_TYPE_Q6_K, 2048, 8192, 0, 512, peak);
+}
+
+int main(void)
+{
+    C = gpu_test_open();
+    check_refusals();
+    for (int i = 0; i < N_TYPES; i++)
+        test_type(TYPES[i]);
+    check_moe(CW_TYPE_Q4_K, CW_TYPE_Q6_K, 1);
+    check_moe(CW_TYPE_Q4_K, CW_TYPE_Q4_K, 1);
+    check_moe(CW_TYPE_Q4_K, CW_TYPE_Q6_K, 128);
+    if (getenv("CWEN_GPU_BENCH") && atoi(getenv("CWEN_GPU_BENCH")))
+        bench();
+    cw_cuda_close(C);
+    return done();
+}
