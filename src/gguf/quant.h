@@ -222,10 +222,14 @@ int cw_qtype_from_name(const char *name);
  * or the type is unknown. */
 size_t cw_qtype_row_bytes(uint32_t type, int64_t n);
 
-/* Scalar conversions, exact (round to nearest even for f32 -> f16/bf16). */
+/* Scalar conversions, exact (round to nearest even for f32 -> f16/bf16).
+ * Under nvcc, cuda/cuda_common.cuh defines the two widening ones for device
+ * code under the same names, so they are not declared here. */
+#ifndef __CUDACC__
 float cw_f16_to_f32(cw_f16 h);
-cw_f16 cw_f32_to_f16(float f);
 float cw_bf16_to_f32(cw_bf16 h);
+#endif
+cw_f16 cw_f32_to_f16(float f);
 cw_bf16 cw_f32_to_bf16(float f);
 
 /* The 16 non-linear levels shared by IQ4_NL and IQ4_XS. */
