@@ -1,0 +1,154 @@
+/* k_moe.cu — the MoE router on the device: per token, softmax over the X
+ * router logits, the top K (ties to the lower id, NaN last), renormalised
+ * (see kernels.h). The twin of cw_moe_route in cpu_moe.c, step for step.
+ *
+ * One block per token. The softmax follows the CPU's numerics: max in f32,
+ * e^(x-max) in f32, the sum in double (here a fixed tree over strided
+ * partials instead of a sequential loop: both within X·2^-53 of exact, so
+ * the f32 reciprocal agrees), scaled by the f32 reciprocal. CUDA's expf
+ * differs from glibc's by up to 2 ulp, so probabilities and weights agree
+ * with the CPU to a few ulps; the selection is exact whenever the CPU's
+ * candidates are farther apart than that. The top-K is K rounds of a block
+ * reduction under a strict total order (probability, then lower id), whose
+ * result does not depend on the reduction's shape. */
+#include <math.h>
+
+#include "cpu/cpu_moe.h"
+#include "cuda/cuda_common.cuh"
+#include "cuda/kernels.h"
+
+#define ROUTE_THREADS 128
+#define ROUTE_MAX_K 64
+
+/* a ranks before b (ids, -1 = none): larger probability, then lower id; NaN
+ * after every number; none after everything */
+static __device__ __forceinline__ bool ranks_before(float pa, int a, float pb, int b)
+{
+    if (b < 0)
+        return a >= 0;
+    if (a < 0)
+        return false;
+    if (isnan(pb))
+        return !isnan(pa) || a < b;
+    if (isnan(pa))
+        return false;
+    return pa > pb || (pa == pb && a < b);
+}
+
+static __global__ void route_kernel(const float *logits, int X, int K, int32_t *ids, float *wts)
+{
+    extern __shared__ float p[]; /* [X] probabilities, then int taken[X] */
+    int *taken = (int *)(p + X);
+    __shared__ float shf[32];
+    __shared__ double shd[32];
+    __shared__ int shi[32];
+    __shared__ int sel[ROUTE_MAX_K];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int n_warp = blockDim.x >> 5;
+    const float *x = logits + (int64_t)blockIdx.x * X;
+
+    /* max, as the CPU: comparisons skip NaN; fmaxf does the same */
+    float m = -INFINITY;
+    for (int i = tid; i < X; i += blockDim.x)
+        m = x[i] > m ? x[i] : m;
+    m = cw_warp_max(m);
+    if (lane == 0)
+        shf[warp] = m;
+    __syncthreads();
+    if (warp == 0) {
+        m = lane < n_warp ? shf[lane] : -INFINITY;
+        m = cw_warp_max(m);
+        if (lane == 0)
+            shf[0] = m;
+    }
+    __syncthreads();
+    m = shf[0];
+
+    /* e^(x-max) and its sum in double, in a fixed tree */
+    double s = 0.0;
+    for (int i = tid; i < X; i += blockDim.x) {
+        const float e = expf(x[i] - m);
+        p[i] = e;
+        taken[i] = 0;
+        s += (double)e;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0)
+        shd[warp] = s;
+    __syncthreads();
+    if (warp == 0) {
+        s = lane < n_warp ? shd[lane] : 0.0;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0)
+            shd[0] = s;
+    }
+    __syncthreads();
+    const float inv = (float)(1.0 / shd[0]);
+    for (int i = tid; i < X; i += blockDim.x)
+        p[i] *= inv;
+    __syncthreads();
+
+    /* top K: one reduction per slot under the total order */
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        float bp = 0.0f;
+        for (int i = tid; i < X; i += blockDim.x)
+            if (!taken[i] && ranks_before(p[i], i, bp, best))
+                best = i, bp = p[i];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const float op = __shfl_xor_sync(0xffffffffu, bp, o);
+            if (ranks_before(op, ob, bp, best))
+                best = ob, bp = op;
+        }
+        if (lane == 0) {
+            shi[warp] = best;
+            shf[warp] = bp;
+        }
+        __syncthreads();
+        if (tid == 0) {
+            for (int w = 1; w < n_warp; w++)
+                if (ranks_before(shf[w], shi[w], bp, best))
+                    best = shi[w], bp = shf[w];
+            sel[k] = best;
+            taken[best] = 1;
+        }
+        __syncthreads();
+    }
+
+    /* weights: the selected probabilities over their f32 sum, in slot order */
+    if (tid == 0) {
+        float sum = 0.0f;
+        for (int k = 0; k < K; k++)
+            sum += p[sel[k]];
+        if (sum < CW_MOE_WEIGHT_SUM_MIN)
+            sum = CW_MOE_WEIGHT_SUM_MIN;
+        int32_t *io = ids + (int64_t)blockIdx.x * K;
+        float *wo = wts + (int64_t)blockIdx.x * K;
+        for (int k = 0; k < K; k++) {
+            io[k] = sel[k];
+            wo[k] = p[sel[k]] / sum;
+        }
+    }
+}
+
+int cw_k_moe_route(struct cw_cuda *c, const float *d_logits, int X, int K, int64_t n_tok,
+                   int32_t *d_ids, float *d_wts, struct cw_err *err)
+{
+    if (X <= 0 || K <= 0 || K > X || K > ROUTE_MAX_K || n_tok <= 0 || n_tok > INT32_MAX)
+        return cw_errf(err, CW_ERR_INVALID, "cuda: moe_route: bad routing %d of %d experts "
+                       "for %lld tokens (at most %d)", K, X, (long long)n_tok, ROUTE_MAX_K);
+    const size_t shmem = (size_t)X * (sizeof(float) + sizeof(int));
+    if (shmem > 48 * 1024)
+        return cw_errf(err, CW_ERR_UNSUPPORTED, "cuda: moe_route: %d experts exceed the "
+                       "shared memory of one block", X);
+    route_kernel<<<(unsigned)n_tok, ROUTE_THREADS, shmem, c->stream>>>(d_logits, X, K, d_ids,
+                                                                        d_wts);
+    CW_CUDA_LAUNCHED(err);
+    return 0;
+}
