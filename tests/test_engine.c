@@ -117,6 +117,14 @@ int main(void)
     ok(a.lp_ok, "log-probs: <= 0, sorted, mass <= 1, greedy picks the top");
     gen(e, &p, &b, &u, &err);
     ok(a.n_tokens == b.n_tokens && !memcmp(a.tokens, b.tokens, sizeof(int32_t) * (size_t)a.n_tokens), "greedy reproduces");
+    /* without log-probs greedy asks the backend for the argmax only: same tokens */
+    struct cwen_gen_params pg = p;
+    pg.n_top_logprobs = -1;
+    struct run ga = {0};
+    struct cwen_usage uc;
+    ok(gen(e, &pg, &ga, &uc, &err) == 0 && uc.n_completion == u.n_completion &&
+           ga.n_text == a.n_text && !memcmp(ga.text, a.text, a.n_text),
+       "argmax-only greedy = sampler greedy (%lld tokens)", (long long)uc.n_completion);
     char pieces[4096], clean[3 * 4096];
     size_t np = 0;
     for (int i = 0; i < a.n_tokens; i++) {

@@ -252,11 +252,14 @@ static float logprobs(cwen *e, int32_t tok, int n_top, int *n_out)
     return l[tok] - lse;
 }
 
-static int forward(cwen *e, const int32_t *toks, size_t n, struct cw_err *err)
+/* Runs n tokens; leaves the last row's logits in e->logits, or, when
+ * greedy is set, only its argmax in *greedy (on a GPU the logits then stay
+ * on the device: one id comes back instead of n_vocab floats). */
+static int forward(cwen *e, const int32_t *toks, size_t n, int32_t *greedy, struct cw_err *err)
 {
     for (size_t i = 0; i < n; i += PREFILL_CHUNK) {
         size_t c = n - i < PREFILL_CHUNK ? n - i : PREFILL_CHUNK;
-        const struct cw_fwd_out o = {.logits = e->logits};
+        const struct cw_fwd_out o = {.logits = greedy ? NULL : e->logits, .argmax = greedy};
         if (e->be->ops->forward(e->be, e->seq, toks + i, (int64_t)c, &o, err) < 0)
             return -1;
     }
@@ -304,15 +307,24 @@ int cwen_generate(cwen *e, const struct cwen_gen_params *p, cwen_event_fn fn, vo
     char tail[16] = {0};
     size_t n_tail = 0;
 
+    /* Plain greedy needs only the argmax: the sampler would pick the same
+     * token (its greedy rule is the backend's: the lowest index of the max). */
+    const struct cw_sampling *sp = &p->sampling;
+    const bool plain_greedy = sp->temperature == 0 && sp->repetition_penalty == 1 &&
+                              sp->presence_penalty == 0 && sp->frequency_penalty == 0 &&
+                              sp->n_bias == 0 && p->n_top_logprobs < 0;
+    int32_t next = -1;
+    int32_t *greedy = plain_greedy ? &next : NULL;
+
     double t0 = now_ms(), t1 = t0;
     e->be->ops->seq_reset(e->be, e->seq);
-    if (forward(e, p->prompt, p->n_prompt, err) < 0)
+    if (forward(e, p->prompt, p->n_prompt, greedy, err) < 0)
         goto done;
     struct cw_detok dt = {.special = false};
     char piece[512], clean[3 * sizeof piece];
     u->finish = CWEN_FINISH_LENGTH;
     for (int64_t n_gen = 0; n_gen < p->max_tokens; n_gen++) {
-        int32_t tok = cw_sampler_sample(&smp, e->logits);
+        int32_t tok = plain_greedy ? next : cw_sampler_sample(&smp, e->logits);
         if (n_gen == 0)
             t1 = now_ms();
         if (cw_token_is_eog(&e->tok, tok)) {
@@ -358,7 +370,7 @@ int cwen_generate(cwen *e, const struct cwen_gen_params *p, cwen_event_fn fn, vo
             u->stop_string = g.stop_string;
             break;
         }
-        if (n_gen + 1 < p->max_tokens && forward(e, &tok, 1, err) < 0)
+        if (n_gen + 1 < p->max_tokens && forward(e, &tok, 1, greedy, err) < 0)
             goto done;
     }
     /* flush: held UTF-8 bytes, held stop-string prefixes, the parser */
