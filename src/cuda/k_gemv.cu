@@ -35,6 +35,7 @@
  * the short rows (MoE down, n_in = 512, uses 16 lanes of 32 today). */
 #include <stdio.h>
 
+#include "cuda/k_gemm.cuh" /* the grouped prefill experts */
 #include "cuda/k_quant.cuh"
 #include "cuda/kernels.h"
 extern "C" {
@@ -437,6 +438,8 @@ extern "C" int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const fl
  * tokens by expert is the next step for prefill speed). */
 extern "C" size_t cw_k_moe_scratch(const struct cw_k_mat *G, int X, int K, int64_t n_tok)
 {
+    if (n_tok > CW_K_GEMV_MAX_TOK)
+        return cw_k_moe_gemm_scratch(G->n_in, G->n_out, K, n_tok);
     (void)G, (void)X, (void)K, (void)n_tok;
     return 0;
 }
@@ -456,6 +459,8 @@ extern "C" int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G,
                                 const int32_t *d_ids, int K, int64_t n_tok, float *d_act,
                                 void *d_scratch, struct cw_err *err)
 {
+    if (n_tok > CW_K_GEMV_MAX_TOK)
+        return cw_k_moe_gemm_gate_up(c, G, U, d_x, d_ids, K, n_tok, d_act, d_scratch, err);
     (void)d_scratch;
     if (check_moe(G, K, n_tok, "moe_gate_up", err) || check_moe(U, K, n_tok, "moe_gate_up", err) ||
         check_x(d_x, G->n_in, "moe_gate_up", err))
@@ -484,6 +489,8 @@ extern "C" int cw_k_moe_down(struct cw_cuda *c, const struct cw_k_mat *D, const 
                              const int32_t *d_ids, const float *d_wts, int K, int64_t n_tok,
                              float *d_h, void *d_scratch, struct cw_err *err)
 {
+    if (n_tok > CW_K_GEMV_MAX_TOK)
+        return cw_k_moe_gemm_down(c, D, d_act, d_ids, d_wts, K, n_tok, d_h, d_scratch, err);
     (void)d_scratch;
     if (check_moe(D, K, n_tok, "moe_down", err) || check_x(d_act, D->n_in, "moe_down", err))
         return -1;

@@ -538,7 +538,7 @@ int main(void)
         test_type(TYPES[i]);
     check_moe(CW_TYPE_Q4_K, CW_TYPE_Q6_K, 1);
     check_moe(CW_TYPE_Q4_K, CW_TYPE_Q4_K, 1);
-    check_moe(CW_TYPE_Q4_K, CW_TYPE_Q6_K, 128);
+    check_moe(CW_TYPE_Q4_K, CW_TYPE_Q6_K, GEMV_MAX_TOK); /* above: test_gpu_moe_prefill.c */
     if (getenv("CWEN_GPU_BENCH") && atoi(getenv("CWEN_GPU_BENCH")))
         bench();
     cw_cuda_close(C);
