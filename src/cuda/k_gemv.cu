@@ -276,12 +276,7 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a
         int64_t row0 = (g * WARPS + warp) * RR;
         if (row0 >= a.n_out)
             break; /* later groups lie further still */
-        int64_t nrow0 = row0 + (int64_t)gridDim.x * WARPS * RR;
-        if (nrow0 < a.n_out)
-#pragma unroll
-            for (int r = 0; r < RR; r++)
-                row_prefetch<T, false>(a.w + (size_t)min(nrow0 + r, a.n_out - 1) * a.rb, a.nb,
-                                       lane);
+
         const uint8_t *rows[RR];
 #pragma unroll
         for (int r = 0; r < RR; r++)
@@ -584,6 +579,17 @@ static int check_x(const float *p, int64_t ld, const char *what, struct cw_err *
 }
 
 namespace {
+/* Which formats stage x in shared memory: those whose lanes each read one
+ * 32-element block (QK 32, IQ4_XS, NVFP4), where x through L1 costs a cache
+ * line per lane and load (Q8_0 LM head 35% -> 73% of bandwidth). Q4_K/Q5_K/
+ * Q6_K and the float types measured slower staged (LM head q4_K 156 -> 178
+ * us, q6_K 172 -> 185): their x loads through L1 already share lines. */
+template <class T>
+constexpr bool use_sx()
+{
+    return !T::DIRECT && T::XP == 32;
+}
+
 /* Launches k with `smem` dynamic shared bytes (raising the kernel's limit
  * past 48 KB first); grid.x <= 0 asks for a persistent grid: as many blocks
  * as fit on the chip at once (min with -grid.x). */
@@ -621,7 +627,7 @@ struct gemv_launch {
     {
         size_t smem = wstage_bytes<T, RR, WARPS>() + (SX ? xl * a.nt : 0);
         unsigned grp = (unsigned)((a.n_out + WARPS * RR - 1) / (WARPS * RR));
-        e = launch_k(gemv_kernel<T, RR, NT, SX>, dim3(grp), 1, WARPS * 32, smem, s, a, n_sm);
+        e = launch_k(gemv_kernel<T, RR, NT, SX>, dim3(grp), SX, WARPS * 32, smem, s, a, n_sm);
     }
     template <class T>
     int go()
@@ -630,7 +636,7 @@ struct gemv_launch {
         const size_t xl = (size_t)xs_len<T>(n_in) * sizeof(float);
         /* token groups: the largest of 8, 4, 2, 1 whose x fits the stage */
         int ntg = NT_MAX;
-        while (ntg > 1 && xl * ntg > XS_MAX)
+        while (use_sx<T>() && ntg > 1 && xl * ntg > XS_MAX)
             ntg /= 2;
         const bool sx = xl * ntg <= XS_MAX;
         /* short matrices: one row per warp, for more warps in flight */
@@ -641,7 +647,16 @@ struct gemv_launch {
             a.x = x0 + t0 * a.ldx;
             a.y = y0 + t0 * a.ldy;
             a.scale_logit = sl0 ? sl0 + t0 : NULL;
-            if (!sx)
+            if constexpr (!use_sx<T>()) {
+                if (a.nt == 1)
+                    one<T, 2, 1, false>(xl);
+                else if (a.nt == 2)
+                    one<T, 2, 2, false>(xl);
+                else if (a.nt <= 4)
+                    one<T, 2, 4, false>(xl);
+                else
+                    one<T, 2, 8, false>(xl);
+            } else if (!sx)
                 one<T, 2, 1, false>(xl);
             else if (a.nt == 1)
                 r1 ? one<T, 1, 1, true>(xl) : one<T, 2, 1, true>(xl);
@@ -678,7 +693,7 @@ struct moe_launch {
         } else {
             dim3 grid((unsigned)((a.n_out + MW - 1) / MW), (unsigned)(n_tok * a.K));
             size_t ws = wstage_bytes<T, 2, MW>();
-            if (xl <= XS_MAX)
+            if (use_sx<T>() && xl <= XS_MAX)
                 e = launch_k(moe_gate_up_kernel<T, true>, grid, 0, MW * 32, ws + xl, s, a, n_sm);
             else
                 e = launch_k(moe_gate_up_kernel<T, false>, grid, 0, MW * 32, ws, s, a, n_sm);
