@@ -1,13 +1,26 @@
 /* k_gemv.cu — quantised matrix × few-token products (decode, drafts) and the
  * routed-expert products, straight from the GGUF blocks (see kernels.h).
  *
- * Shape: one warp computes R = 2 output rows (a dense pair, or an expert's
- * gate and up row, fused with SwiGLU); WARPS warps per block. Lane l takes
- * units (32 weights, k_quant.cuh) l, l+32, ... of the row, so neighbouring
- * lanes read neighbouring bytes; the dequantised weights sit in registers and
- * are used for all NT tokens, so each weight byte is read once per launch,
- * and each x load serves both rows (x comes from L1; at one row per warp
- * those loads, 7x the bytes of a 4-bit weight, would bound the kernel).
+ * Shape: one warp computes RR = 2 output rows (a dense pair, or an expert's
+ * gate and up row, fused with SwiGLU; RR = 1 for short matrices of the
+ * x-staging formats); WARPS warps per block. Lane l takes units (32 weights,
+ * k_quant.cuh) l, l+32, ... of the row, so neighbouring lanes read
+ * neighbouring bytes; the dequantised weights sit in registers and are used
+ * for all NT tokens, so each weight byte is read once per launch. The round
+ * loop is unrolled by 2 (both rounds of a 2048-wide row in flight).
+ *
+ * x: the formats whose lanes each own a 32-element block (Q8_0, Q4_0.., IQ4,
+ * MXFP4/NVFP4: use_sx), and every format from 3 tokens on, stage x once per
+ * block into shared memory, padded (kq_xpad) so that a quarter-warp's float4
+ * reads hit distinct banks; those blocks then walk row groups (persistent
+ * grid). The rest read x through L1 (measured faster for Q4_K/Q6_K at one
+ * token: their lanes' x runs share cache lines).
+ *
+ * MoE down with 512-wide rows (the model's experts) and K <= 8: the 32 lanes
+ * split over two experts per round (16 units each), all K experts' bytes
+ * are loaded at once before any arithmetic, the token's K activation rows
+ * are staged in shared memory; per expert a 16-lane butterfly, then the
+ * fixed k = 0..K-1 fma combine and the fused residual add.
  *
  * Loads: 16-byte-aligned formats (Q4_K, Q5_K, F32/F16/BF16) read their unit
  * with 16-byte loads from global memory; the others (Q6_K's 210-byte blocks,
@@ -17,22 +30,31 @@
  * Numerics: weights exactly as quant_dequant.c (k_quant.cuh); activations
  * f32; per lane a single fma chain acc = fma(w, x, acc) over its units in
  * ascending order, runs 0..3, elements 0..7; then the fixed butterfly over
- * the 32 lanes. Nothing depends on NT, on which tokens share the launch or on
- * R, so a token's result is bit-identical for any n_tok <= CW_K_GEMV_MAX_TOK
- * (batch invariance). Error: a lane's chain has L = 32*ceil(n_in/1024)
- * terms (n_in/32 for n_in >= 1024; 32 below), the butterfly 5 more
- * additions, so |y - Σ w x| <= (L + 5) 2^-24 Σ|w x| (first order); the scale
- * and add epilogue adds a rounding of the result each.
+ * the 32 lanes (16 lanes in the 512-wide MoE down: 4 additions). Staged or
+ * not, RR, NT: the same operations on the same values, so a token's result
+ * is bit-identical for any n_tok <= CW_K_GEMV_MAX_TOK (batch invariance).
+ * Error: a lane's chain has L = 32*ceil(n_in/1024) terms (n_in/32 for
+ * n_in >= 1024; 32 below), the butterfly 5 more additions, so
+ * |y - Σ w x| <= (L + 5) 2^-24 Σ|w x| (first order); the scale and add
+ * epilogue adds a rounding of the result each. Unchanged by this layout.
  *
  * Measured on an H200 (tests/gpu/test_gpu_gemv.c, CWEN_GPU_BENCH=1; copy
- * bandwidth 4.2 TB/s): LM head 248320x2048 q6_K 2.4 TB/s, q4_K 1.8, q8_0
- * 1.5; 2048-row matrices ~6.5 us (latency: 2 rounds per warp, 2-8 warps
- * per SM). What bounds the large ones: each lane's x loads cover its own 32
- * elements, so one warp-wide float4 load of x touches ~16 cache lines (L1
- * wavefronts), about 128 cycles per round against ~20 for the weights. Next
- * step: keep a unit's x in registers and loop over more rows per warp (x
- * loaded once for R = 8 rows), and split n_in over the warps of a block for
- * the short rows (MoE down, n_in = 512, uses 16 lanes of 32 today). */
+ * bandwidth 4.25 TB/s; median of 200 event-timed launches, weights rotated
+ * past L2). The floor: a 1-row Q4_K matrix takes 4.8 us, i.e. the events'
+ * and launch's own cost; the small matrices sit 1.3-2.5 us above it
+ * (q4_K 512x2048 6.3 us, 2048x2048 6.8, q8_0 512 6.1): they are bound by
+ * latency (a DRAM round trip or two per warp plus the launch), which only
+ * fewer launches (graphs, fused multi-matrix launches) remove. Large ones:
+ * LM head 248320x2048 q8_0 174 us = 73% (was 360 us, 35%: x through L1 at a
+ * line per lane), q6_K 173 us 57%, q4_K 162 us 41%; 2048x8192 q4_K 10.6 us.
+ * MoE (K = 8, 2048 -> 512 -> 2048, Q4_K): gate_up 11.3 us, down 10.7 us
+ * (was 14.7; q6_K 10.4, was 16.5). What bounds the K-quants now: per lane
+ * one round is 2 x 16-byte weight loads against 8 float4 x loads and ~100
+ * decode instructions per 32 weights; the LM head at 41% (q4_K) is issue-
+ * bound on decode + x loads, not on bytes. Next: decode Q4_K with packed
+ * integer dot products against x pre-quantised per block (as the fast
+ * engines do), more rows per warp with x held in registers, and one launch
+ * for the matrices sharing an x. */
 #include <stdio.h>
 
 #include "cuda/k_quant.cuh"
@@ -634,11 +656,11 @@ struct gemv_launch {
     {
         const int64_t n_in = (int64_t)a.nb * T::QK;
         const size_t xl = (size_t)xs_len<T>(n_in) * sizeof(float);
-        /* token groups: the largest of 8, 4, 2, 1 whose x fits the stage */
+        /* token groups: 8 (the formats staging x always: the largest of 8,
+         * 4, 2, 1 whose x fits the stage) */
         int ntg = NT_MAX;
         while (use_sx<T>() && ntg > 1 && xl * ntg > XS_MAX)
             ntg /= 2;
-        const bool sx = xl * ntg <= XS_MAX;
         /* short matrices: one row per warp, for more warps in flight */
         const bool r1 = a.n_out < (int64_t)4 * WARPS * n_sm;
         e = cudaSuccess;
@@ -647,25 +669,30 @@ struct gemv_launch {
             a.x = x0 + t0 * a.ldx;
             a.y = y0 + t0 * a.ldy;
             a.scale_logit = sl0 ? sl0 + t0 : NULL;
-            if constexpr (!use_sx<T>()) {
+            /* staged x: always for use_sx formats, else from 3 tokens on
+             * (q4_K 8192x2048 at 8 tokens: 41.6 us through L1, 25-28 staged) */
+            const bool sx = xl * a.nt <= XS_MAX && (use_sx<T>() || a.nt > 2);
+            if (!sx) {
                 if (a.nt == 1)
                     one<T, 2, 1, false>(xl);
                 else if (a.nt == 2)
                     one<T, 2, 2, false>(xl);
-                else if (a.nt <= 4)
-                    one<T, 2, 4, false>(xl);
-                else
-                    one<T, 2, 8, false>(xl);
-            } else if (!sx)
-                one<T, 2, 1, false>(xl);
-            else if (a.nt == 1)
-                r1 ? one<T, 1, 1, true>(xl) : one<T, 2, 1, true>(xl);
-            else if (a.nt == 2)
-                r1 ? one<T, 1, 2, true>(xl) : one<T, 2, 2, true>(xl);
-            else if (a.nt <= 4)
+                else if constexpr (!use_sx<T>()) {
+                    if (a.nt <= 4)
+                        one<T, 2, 4, false>(xl);
+                    else
+                        one<T, 2, 8, false>(xl);
+                }
+            } else if (a.nt <= 4 && a.nt > 2) {
                 one<T, 2, 4, true>(xl);
-            else
+            } else if (a.nt > 4) {
                 one<T, 2, 8, true>(xl);
+            } else if constexpr (use_sx<T>()) {
+                if (a.nt == 1)
+                    r1 ? one<T, 1, 1, true>(xl) : one<T, 2, 1, true>(xl);
+                else
+                    r1 ? one<T, 1, 2, true>(xl) : one<T, 2, 2, true>(xl);
+            }
         }
         return 0;
     }
@@ -733,6 +760,7 @@ extern "C" int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const fl
     f.n_tok = n_tok;
     f.x0 = d_x, f.y0 = d_y, f.sl0 = d_scale_logit;
     f.n_sm = c->info.n_sm > 0 ? c->info.n_sm : 1;
+    f.e = cudaSuccess;
     cw_k_dispatch(W->type, f);
     CW_CUDA_TRY(err, f.e);
     return 0;
