@@ -1,13 +1,26 @@
 /* k_gemv.cu — quantised matrix × few-token products (decode, drafts) and the
  * routed-expert products, straight from the GGUF blocks (see kernels.h).
  *
- * Shape: one warp computes R = 2 output rows (a dense pair, or an expert's
- * gate and up row, fused with SwiGLU); WARPS warps per block. Lane l takes
- * units (32 weights, k_quant.cuh) l, l+32, ... of the row, so neighbouring
- * lanes read neighbouring bytes; the dequantised weights sit in registers and
- * are used for all NT tokens, so each weight byte is read once per launch,
- * and each x load serves both rows (x comes from L1; at one row per warp
- * those loads, 7x the bytes of a 4-bit weight, would bound the kernel).
+ * Shape: one warp computes RR = 2 output rows (a dense pair, or an expert's
+ * gate and up row, fused with SwiGLU; RR = 1 for short matrices of the
+ * x-staging formats); WARPS warps per block. Lane l takes units (32 weights,
+ * k_quant.cuh) l, l+32, ... of the row, so neighbouring lanes read
+ * neighbouring bytes; the dequantised weights sit in registers and are used
+ * for all NT tokens, so each weight byte is read once per launch. The round
+ * loop is unrolled by 2 (both rounds of a 2048-wide row in flight).
+ *
+ * x: the formats whose lanes each own a 32-element block (Q8_0, Q4_0.., IQ4,
+ * MXFP4/NVFP4: use_sx), and every format from 3 tokens on, stage x once per
+ * block into shared memory, padded (kq_xpad) so that a quarter-warp's float4
+ * reads hit distinct banks; those blocks then walk row groups (persistent
+ * grid). The rest read x through L1 (measured faster for Q4_K/Q6_K at one
+ * token: their lanes' x runs share cache lines).
+ *
+ * MoE down with 512-wide rows (the model's experts) and K <= 8: the 32 lanes
+ * split over two experts per round (16 units each), all K experts' bytes
+ * are loaded at once before any arithmetic, the token's K activation rows
+ * are staged in shared memory; per expert a 16-lane butterfly, then the
+ * fixed k = 0..K-1 fma combine and the fused residual add.
  *
  * Loads: 16-byte-aligned formats (Q4_K, Q5_K, F32/F16/BF16) read their unit
  * with 16-byte loads from global memory; the others (Q6_K's 210-byte blocks,
@@ -17,22 +30,31 @@
  * Numerics: weights exactly as quant_dequant.c (k_quant.cuh); activations
  * f32; per lane a single fma chain acc = fma(w, x, acc) over its units in
  * ascending order, runs 0..3, elements 0..7; then the fixed butterfly over
- * the 32 lanes. Nothing depends on NT, on which tokens share the launch or on
- * R, so a token's result is bit-identical for any n_tok <= CW_K_GEMV_MAX_TOK
- * (batch invariance). Error: a lane's chain has L = 32*ceil(n_in/1024)
- * terms (n_in/32 for n_in >= 1024; 32 below), the butterfly 5 more
- * additions, so |y - Σ w x| <= (L + 5) 2^-24 Σ|w x| (first order); the scale
- * and add epilogue adds a rounding of the result each.
+ * the 32 lanes (16 lanes in the 512-wide MoE down: 4 additions). Staged or
+ * not, RR, NT: the same operations on the same values, so a token's result
+ * is bit-identical for any n_tok <= CW_K_GEMV_MAX_TOK (batch invariance).
+ * Error: a lane's chain has L = 32*ceil(n_in/1024) terms (n_in/32 for
+ * n_in >= 1024; 32 below), the butterfly 5 more additions, so
+ * |y - Σ w x| <= (L + 5) 2^-24 Σ|w x| (first order); the scale and add
+ * epilogue adds a rounding of the result each. Unchanged by this layout.
  *
  * Measured on an H200 (tests/gpu/test_gpu_gemv.c, CWEN_GPU_BENCH=1; copy
- * bandwidth 4.2 TB/s): LM head 248320x2048 q6_K 2.4 TB/s, q4_K 1.8, q8_0
- * 1.5; 2048-row matrices ~6.5 us (latency: 2 rounds per warp, 2-8 warps
- * per SM). What bounds the large ones: each lane's x loads cover its own 32
- * elements, so one warp-wide float4 load of x touches ~16 cache lines (L1
- * wavefronts), about 128 cycles per round against ~20 for the weights. Next
- * step: keep a unit's x in registers and loop over more rows per warp (x
- * loaded once for R = 8 rows), and split n_in over the warps of a block for
- * the short rows (MoE down, n_in = 512, uses 16 lanes of 32 today). */
+ * bandwidth 4.25 TB/s; median of 200 event-timed launches, weights rotated
+ * past L2). The floor: a 1-row Q4_K matrix takes 4.8 us, i.e. the events'
+ * and launch's own cost; the small matrices sit 1.3-2.5 us above it
+ * (q4_K 512x2048 6.3 us, 2048x2048 6.8, q8_0 512 6.1): they are bound by
+ * latency (a DRAM round trip or two per warp plus the launch), which only
+ * fewer launches (graphs, fused multi-matrix launches) remove. Large ones:
+ * LM head 248320x2048 q8_0 174 us = 73% (was 360 us, 35%: x through L1 at a
+ * line per lane), q6_K 173 us 57%, q4_K 162 us 41%; 2048x8192 q4_K 10.6 us.
+ * MoE (K = 8, 2048 -> 512 -> 2048, Q4_K): gate_up 11.3 us, down 10.7 us
+ * (was 14.7; q6_K 10.4, was 16.5). What bounds the K-quants now: per lane
+ * one round is 2 x 16-byte weight loads against 8 float4 x loads and ~100
+ * decode instructions per 32 weights; the LM head at 41% (q4_K) is issue-
+ * bound on decode + x loads, not on bytes. Next: decode Q4_K with packed
+ * integer dot products against x pre-quantised per block (as the fast
+ * engines do), more rows per warp with x held in registers, and one launch
+ * for the matrices sharing an x. */
 #include <stdio.h>
 
 #include "cuda/k_gemm.cuh" /* the grouped prefill experts */
@@ -42,13 +64,16 @@ extern "C" {
 #include "gguf/quant_rows.h" /* cw_fp4_values: the MXFP4/NVFP4 levels */
 }
 
-#define WARPS 4 /* warps per block: 8 rows per block */
-#define R 2     /* rows per warp: x loads shared by 2 rows, 64 weight registers */
+#define WARPS 4 /* warps per block of the dense and MoE-down kernels */
+#define MW 8    /* warps per block of the MoE gate/up kernel: 8 rows share x */
 /* Up to this many tokens the GEMV path runs (in groups of 8 tokens; above,
  * the TF32 GEMM of k_gemm.cu): the weights are re-read per group of 8, which
  * still costs less than dequantising the matrix for the tensor cores. */
 #define CW_K_GEMV_MAX_TOK 32
 #define NT_MAX 8
+/* x staged in shared memory up to this many bytes per block (above: x read
+ * through L1, the same arithmetic, so the same bits). */
+#define XS_MAX (100 << 10)
 
 /* Bytes of one row's stage: 32 units plus the 16-byte alignment slack. */
 template <class T>
@@ -56,17 +81,63 @@ struct stage_of {
     enum { BYTES = (32 / T::UPB) * T::BB, TILE = (BYTES + 15 + 15) / 16 * 16, GMAX = (TILE / 16 + 31) / 32 };
 };
 
+/* Floats of one token's staged x (n_in plus the padding of kq_xpad). */
+template <class T>
+static __host__ __device__ __forceinline__ int64_t xs_len(int64_t n_in)
+{
+    return n_in + 4 * (n_in / T::XP);
+}
+
+/* Copies n rows of n_in floats (row i at x + i*ldx) into shared memory,
+ * padded (kq_xpad), row i at xs + i*xs_len; all threads of the block. */
+template <class T>
+static __device__ __forceinline__ void x_stage(const float *x, int64_t ldx, int n, int n_in,
+                                               float *xs)
+{
+    int n4 = n_in / 4, len = (int)xs_len<T>(n_in), total = n * n4;
+    /* 8 loads per thread in flight before the first store */
+    for (int j0 = threadIdx.x; j0 < total; j0 += 8 * blockDim.x) {
+        float4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int j = j0 + u * blockDim.x, i = j / n4, k = 4 * (j - i * n4);
+            if (j < total)
+                v[u] = __ldg((const float4 *)(x + i * ldx + k));
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int j = j0 + u * blockDim.x, i = j / n4, k = 4 * (j - i * n4);
+            if (j < total)
+                *(float4 *)(xs + i * len + kq_xpad<T>(k)) = v[u];
+        }
+    }
+}
+
+/* Asks for a row's bytes (nb blocks from p) ahead of their loads, so that
+ * the HBM latency overlaps the staging of x: into L1 (the first rows of a
+ * block) or L2 (the next row group of a persistent block). */
+template <class T, bool L1>
+static __device__ __forceinline__ void row_prefetch(const uint8_t *p, int nb, int lane)
+{
+    for (int o = 16 * lane; o < nb * T::BB + 16; o += 512) {
+        if (L1)
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(p + o));
+        else
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
+    }
+}
+
 /* Staged formats: loads the 16-byte granules that cover blocks [b0, b1) of
  * round ub (units ub..ub+31) of each row; off: where block b0 starts in its
  * first granule, ng: granules. */
-template <class T>
+template <class T, int RR>
 static __device__ __forceinline__ void stage_load(const uint8_t *const *rows, int ub, int nb,
-                                                  int lane, uint4 (&v)[R][stage_of<T>::GMAX],
-                                                  int (&off)[R], int (&ng)[R])
+                                                  int lane, uint4 (&v)[RR][stage_of<T>::GMAX],
+                                                  int (&off)[RR], int (&ng)[RR])
 {
     int b0 = ub / T::UPB, b1 = min(b0 + 32 / T::UPB, nb);
 #pragma unroll
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < RR; r++) {
         uintptr_t s0 = (uintptr_t)(rows[r] + (size_t)b0 * T::BB), a0 = s0 & ~(uintptr_t)15;
         uintptr_t s1 = (uintptr_t)(rows[r] + (size_t)b1 * T::BB);
         off[r] = (int)(s0 - a0);
@@ -78,66 +149,85 @@ static __device__ __forceinline__ void stage_load(const uint8_t *const *rows, in
     }
 }
 
-/* acc[r][t] = W_r · x_t for the R rows and NT tokens; every lane gets the
- * sums. stg: this warp's R*TILE bytes of shared memory (staged formats). */
-template <class T, int NT>
+/* Two float4 of x at element i of a token: from the padded shared copy (SX)
+ * or through L1. */
+template <class T, bool SX>
+static __device__ __forceinline__ void x_load8(const float *xt, int64_t i, float (&xv)[8])
+{
+    float4 a, b;
+    if (SX) {
+        const float4 *p = (const float4 *)(xt + kq_xpad<T>((int)i));
+        a = p[0], b = p[1];
+    } else {
+        const float4 *p = (const float4 *)(xt + i);
+        a = __ldg(p), b = __ldg(p + 1);
+    }
+    xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w;
+    xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+}
+
+/* acc[r][t] = W_r · x_t for the RR rows and NT tokens; every lane gets the
+ * sums. stg: this warp's RR*TILE bytes of shared memory (staged formats).
+ * The round loop is unrolled by 2 so that the next round's weight loads are
+ * issued before this round's arithmetic (two rounds cover a 2048-wide row). */
+template <class T, int RR, int NT, bool SX>
 static __device__ __forceinline__ void mv_dot(const uint8_t *const *rows, const float *const *xs,
                                               int nb, const cw_k_tabs &tabs, uint8_t *stg,
-                                              int lane, float (&acc)[R][NT])
+                                              int lane, float (&acc)[RR][NT])
 {
     typedef stage_of<T> S;
     const int nu = nb * T::UPB;
 #pragma unroll
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < RR; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++)
             acc[r][t] = 0.0f;
-    uint4 v[R][S::GMAX];
-    int off[R], ng[R];
+    uint4 v[RR][S::GMAX];
+    int off[RR], ng[RR];
     if (!T::DIRECT)
-        stage_load<T>(rows, 0, nb, lane, v, off, ng);
+        stage_load<T, RR>(rows, 0, nb, lane, v, off, ng);
+#pragma unroll 2
     for (int ub = 0; ub < nu; ub += 32) {
         int u = ub + lane;
         bool on = u < nu;
         int blk = (on ? u : ub) / T::UPB, p = (on ? u : ub) % T::UPB;
-        const uint8_t *bp[R];
+        const uint8_t *bp[RR];
         if (T::DIRECT) {
 #pragma unroll
-            for (int r = 0; r < R; r++)
+            for (int r = 0; r < RR; r++)
                 bp[r] = rows[r] + (size_t)blk * T::BB;
         } else {
             /* this round's bytes (loaded last round) into the stage, then
              * the next round's loads go out while this one computes */
             int b0 = ub / T::UPB;
 #pragma unroll
-            for (int r = 0; r < R; r++)
+            for (int r = 0; r < RR; r++)
 #pragma unroll
                 for (int k = 0; k < S::GMAX; k++)
                     if (lane + 32 * k < ng[r])
                         ((uint4 *)(stg + r * S::TILE))[lane + 32 * k] = v[r][k];
             __syncwarp();
 #pragma unroll
-            for (int r = 0; r < R; r++)
+            for (int r = 0; r < RR; r++)
                 bp[r] = stg + r * S::TILE + off[r] + (blk - b0) * T::BB;
             if (ub + 32 < nu)
-                stage_load<T>(rows, ub + 32, nb, lane, v, off, ng);
+                stage_load<T, RR>(rows, ub + 32, nb, lane, v, off, ng);
         }
         if (on) {
-            float w[R][32];
+            float w[RR][32];
 #pragma unroll
-            for (int r = 0; r < R; r++)
+            for (int r = 0; r < RR; r++)
                 T::unit(bp[r], p, tabs, w[r]);
 #pragma unroll
             for (int t = 0; t < NT; t++) {
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
-                    const float4 *xp = (const float4 *)(xs[t] + (size_t)blk * T::QK + T::run(p, q));
-                    float4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
-                    float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                    float xv[8];
+                    x_load8<T, SX>(xs[t], (int64_t)blk * T::QK + T::run(p, q), xv);
 #pragma unroll
                     for (int j = 0; j < 8; j++)
 #pragma unroll
-                        for (int r = 0; r < R; r++)
+                        for (int r = 0; r < RR; r++)
                             acc[r][t] = __fmaf_rn(w[r][8 * q + j], xv[j], acc[r][t]);
                 }
             }
@@ -146,16 +236,18 @@ static __device__ __forceinline__ void mv_dot(const uint8_t *const *rows, const 
             __syncwarp(); /* the stage is rewritten next round */
     }
 #pragma unroll
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < RR; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++)
             acc[r][t] = cw_warp_sum(acc[r][t]);
 }
 
-template <class T>
-struct stage_smem {
-    enum { BYTES = T::DIRECT ? 16 : WARPS * R * stage_of<T>::TILE };
-};
+/* Bytes of the per-warp weight stages of a block (16 for direct formats). */
+template <class T, int RR, int NW>
+static __host__ __device__ constexpr int wstage_bytes()
+{
+    return T::DIRECT ? 16 : NW * RR * stage_of<T>::TILE;
+}
 
 struct mv_args {
     const uint8_t *w;
@@ -172,40 +264,61 @@ struct mv_args {
     cw_k_tabs tabs;
 };
 
-/* Dense rows: the warp's 2 rows × NT tokens; rows past n_out repeat the last
+/* Dense rows: each warp RR rows × NT tokens; rows past n_out repeat the last
  * row and tokens past nt repeat token 0 (computed, never written), so the
- * loops carry no predicates. */
-template <class T, int NT>
+ * loops carry no predicates. The block stages x once (SX) and then walks
+ * row groups blockIdx.x, +gridDim.x, ... (a grid of a few blocks per SM for
+ * the LM head, so x is staged ~500 times, not once per 8 rows). */
+template <class T, int RR, int NT, bool SX>
 static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a)
 {
-    __shared__ __align__(16) uint8_t stage[stage_smem<T>::BYTES];
+    extern __shared__ __align__(16) uint8_t smem[];
+    float *xsm = (float *)(smem + wstage_bytes<T, RR, WARPS>());
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int64_t row0 = ((int64_t)blockIdx.x * WARPS + warp) * R;
-    if (row0 >= a.n_out)
-        return;
-    const uint8_t *rows[R];
-#pragma unroll
-    for (int r = 0; r < R; r++)
-        rows[r] = a.w + (size_t)min(row0 + r, a.n_out - 1) * a.rb;
+    const int n_in = a.nb * T::QK;
     const float *xs[NT];
+    const int64_t n_grp = (a.n_out + WARPS * RR - 1) / (WARPS * RR);
+    if (SX) {
+        int64_t row0 = ((int64_t)blockIdx.x * WARPS + warp) * RR;
+        if (row0 < a.n_out)
 #pragma unroll
-    for (int t = 0; t < NT; t++)
-        xs[t] = a.x + (t < a.nt ? t : 0) * a.ldx;
-    float acc[R][NT];
-    mv_dot<T, NT>(rows, xs, a.nb, a.tabs, stage + warp * (stage_smem<T>::BYTES / WARPS), lane,
-                  acc);
-    /* lane r*NT + t writes (row r, token t) */
-#pragma unroll
-    for (int r = 0; r < R; r++)
+            for (int r = 0; r < RR; r++)
+                row_prefetch<T, true>(a.w + (size_t)min(row0 + r, a.n_out - 1) * a.rb, a.nb, lane);
+        x_stage<T>(a.x, a.ldx, a.nt, n_in, xsm);
+        __syncthreads();
 #pragma unroll
         for (int t = 0; t < NT; t++)
-            if (lane == r * NT + t && row0 + r < a.n_out && t < a.nt) {
-                float v = acc[r][t];
-                if (a.scale_logit)
-                    v = __fmul_rn(v, 1.0f / (1.0f + expf(-a.scale_logit[t])));
-                float *yp = a.y + t * a.ldy + row0 + r;
-                *yp = a.add ? __fadd_rn(*yp, v) : v;
-            }
+            xs[t] = xsm + (t < a.nt ? t : 0) * xs_len<T>(n_in);
+    } else {
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            xs[t] = a.x + (t < a.nt ? t : 0) * a.ldx;
+    }
+    uint8_t *stg = smem + warp * (T::DIRECT ? 0 : RR * stage_of<T>::TILE);
+    for (int64_t g = blockIdx.x; g < n_grp; g += gridDim.x) {
+        int64_t row0 = (g * WARPS + warp) * RR;
+        if (row0 >= a.n_out)
+            break; /* later groups lie further still */
+
+        const uint8_t *rows[RR];
+#pragma unroll
+        for (int r = 0; r < RR; r++)
+            rows[r] = a.w + (size_t)min(row0 + r, a.n_out - 1) * a.rb;
+        float acc[RR][NT];
+        mv_dot<T, RR, NT, SX>(rows, xs, a.nb, a.tabs, stg, lane, acc);
+        /* lane r*NT + t writes (row r, token t) */
+#pragma unroll
+        for (int r = 0; r < RR; r++)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (lane == r * NT + t && row0 + r < a.n_out && t < a.nt) {
+                    float v = acc[r][t];
+                    if (a.scale_logit)
+                        v = __fmul_rn(v, 1.0f / (1.0f + expf(-a.scale_logit[t])));
+                    float *yp = a.y + t * a.ldy + row0 + r;
+                    *yp = a.add ? __fadd_rn(*yp, v) : v;
+                }
+    }
 }
 
 struct moe_args {
@@ -223,65 +336,200 @@ struct moe_args {
 
 /* One warp per (pair, row r): expert e's gate row and up row as the warp's
  * two rows, then act = silu(g)·u, silu as the CPU's (x / (1 + e^-x)). An
- * invalid (negative) id gives act = 0. grid (row blocks, n_tok*K). */
-template <class T>
-static __global__ void __launch_bounds__(WARPS * 32) moe_gate_up_kernel(const moe_args a)
+ * invalid (negative) id gives act = 0. MW warps (rows) of one pair per block
+ * share the staged x. grid (row blocks, n_tok*K). */
+template <class T, bool SX>
+static __global__ void __launch_bounds__(MW * 32) moe_gate_up_kernel(const moe_args a)
 {
-    __shared__ __align__(16) uint8_t stage[stage_smem<T>::BYTES];
+    extern __shared__ __align__(16) uint8_t smem[];
+    float *xsm = (float *)(smem + wstage_bytes<T, 2, MW>());
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int64_t r = (int64_t)blockIdx.x * WARPS + warp, pair = blockIdx.y;
+    int64_t r = (int64_t)blockIdx.x * MW + warp, pair = blockIdx.y;
+    const int n_in = a.nb * T::QK;
+    const float *xt = a.x + (pair / a.K) * (int64_t)n_in;
+    int e = a.ids[pair];
+    if (SX) {
+        if (e >= 0 && r < a.n_out) {
+            row_prefetch<T, true>(a.g + (size_t)e * a.eb + (size_t)r * a.rb, a.nb, lane);
+            row_prefetch<T, true>(a.u + (size_t)e * a.eb + (size_t)r * a.rb, a.nb, lane);
+        }
+        if (e >= 0)
+            x_stage<T>(xt, n_in, 1, n_in, xsm);
+        __syncthreads();
+        xt = xsm;
+    }
     if (r >= a.n_out)
         return;
-    int e = a.ids[pair];
     float *yp = a.y + pair * a.n_out + r;
     if (e < 0) {
         if (lane == 0)
             *yp = 0.0f;
         return;
     }
-    const uint8_t *rows[R] = {a.g + (size_t)e * a.eb + (size_t)r * a.rb,
+    const uint8_t *rows[2] = {a.g + (size_t)e * a.eb + (size_t)r * a.rb,
                               a.u + (size_t)e * a.eb + (size_t)r * a.rb};
-    const float *xs[1] = {a.x + (pair / a.K) * (int64_t)a.nb * T::QK};
-    float acc[R][1];
-    mv_dot<T, 1>(rows, xs, a.nb, a.tabs, stage + warp * (stage_smem<T>::BYTES / WARPS), lane, acc);
+    const float *xs[1] = {xt};
+    float acc[2][1];
+    mv_dot<T, 2, 1, SX>(rows, xs, a.nb, a.tabs,
+                        smem + warp * (T::DIRECT ? 0 : 2 * stage_of<T>::TILE), lane, acc);
     if (lane == 0) {
         float g = acc[0][0];
         *yp = __fmul_rn(g / (1.0f + expf(-g)), acc[1][0]);
     }
 }
 
-/* One warp per (token t, rows r, r+1): loops over the K experts in order,
+/* Generic down projection (any n_in): one warp per (token t, rows r, r+1)
+ * loops over the K experts in order,
  *   s = fma(wts[k], D_e[r]·act[t*K+k], s),  then h[t][r] += s;
  * no atomics, the sum order is k = 0..K-1. grid (row blocks, n_tok). */
 template <class T>
 static __global__ void __launch_bounds__(WARPS * 32) moe_down_kernel(const moe_args a)
 {
-    __shared__ __align__(16) uint8_t stage[stage_smem<T>::BYTES];
+    extern __shared__ __align__(16) uint8_t smem[];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int64_t row0 = ((int64_t)blockIdx.x * WARPS + warp) * R, t = blockIdx.y;
+    int64_t row0 = ((int64_t)blockIdx.x * WARPS + warp) * 2, t = blockIdx.y;
     if (row0 >= a.n_out)
         return;
     int64_t n_in = (int64_t)a.nb * T::QK;
-    float s[R] = {0.0f, 0.0f};
+    float s[2] = {0.0f, 0.0f};
     for (int k = 0; k < a.K; k++) {
         int e = a.ids[t * a.K + k];
         if (e < 0)
             continue;
-        const uint8_t *rows[R];
+        const uint8_t *rows[2];
 #pragma unroll
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < 2; r++)
             rows[r] = a.g + (size_t)e * a.eb + (size_t)min(row0 + r, a.n_out - 1) * a.rb;
         const float *xs[1] = {a.x + (t * a.K + k) * n_in};
-        float acc[R][1];
-        mv_dot<T, 1>(rows, xs, a.nb, a.tabs, stage + warp * (stage_smem<T>::BYTES / WARPS), lane,
-                     acc);
+        float acc[2][1];
+        mv_dot<T, 2, 1, false>(rows, xs, a.nb, a.tabs,
+                               smem + warp * (T::DIRECT ? 0 : 2 * stage_of<T>::TILE), lane, acc);
         float wk = a.wts[t * a.K + k];
 #pragma unroll
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < 2; r++)
             s[r] = __fmaf_rn(wk, acc[r][0], s[r]);
     }
 #pragma unroll
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < 2; r++)
+        if (lane == r && row0 + r < a.n_out) {
+            float *hp = a.y + t * a.n_out + row0 + r;
+            *hp = __fadd_rn(*hp, s[r]);
+        }
+}
+
+/* Down projection for 16-unit rows (n_in = 512, the model's expert width),
+ * K <= DK_MAX: one warp per (token t, rows r, r+1); lanes 16h..16h+15 take
+ * the 16 units of expert 2j+h in round j, so all 32 lanes work and the K
+ * experts' loads are all issued before the first use: the warp first copies
+ * every (expert, row) slice it needs into its shared stage (coalesced
+ * 16-byte loads), the block has staged the token's K activation rows. Per
+ * expert: each lane's 32-term fma chain, a butterfly over its 16 lanes, then
+ * s = fma(wts[k], dot_k, s) over k = 0..K-1 in order (as the generic
+ * kernel). grid (row blocks, n_tok). */
+#define DK_MAX 8
+template <class T>
+struct down16 {
+    /* one (expert, row) slice: 2 blocks of 256 (or 16 of 32, 8 of 64) */
+    enum { SLICE = 16 / T::UPB * T::BB, TILE = (SLICE + 15 + 15) / 16 * 16, G = (TILE / 16 + 31) / 32 };
+};
+
+template <class T>
+static __global__ void __launch_bounds__(WARPS * 32) moe_down16_kernel(const moe_args a)
+{
+    typedef down16<T> D;
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int K = a.K;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t row0 = ((int64_t)blockIdx.x * WARPS + warp) * 2, t = blockIdx.y;
+    uint8_t *stg = smem + warp * (T::DIRECT ? 0 : 2 * DK_MAX * D::TILE);
+    float *xsm = (float *)(smem + (T::DIRECT ? 0 : WARPS * 2 * DK_MAX * D::TILE));
+    const int xl = (int)xs_len<T>(512);
+    const bool live = row0 < a.n_out;
+    /* slice (expert k, row r); an invalid id reads expert 0, discarded */
+    auto slice = [&](int k, int r) {
+        int e = max(a.ids[t * K + k], 0);
+        return a.g + (size_t)e * a.eb + (size_t)min(row0 + r, a.n_out - 1) * a.rb;
+    };
+    /* the weights' loads go out first, then the activations are staged */
+    if (T::DIRECT && live)
+#pragma unroll
+        for (int i = 0; i < 2 * DK_MAX; i++)
+            if ((i >> 1) < K)
+                row_prefetch<T, true>(slice(i >> 1, i & 1), 16 / T::UPB, lane);
+    uint4 v[2 * DK_MAX][D::G];
+    int ng[2 * DK_MAX];
+    if (!T::DIRECT && live) {
+        /* every slice's granules in flight at once */
+#pragma unroll
+        for (int i = 0; i < 2 * DK_MAX; i++) {
+            uintptr_t s0 = (uintptr_t)slice(min(i >> 1, K - 1), i & 1), a0 = s0 & ~(uintptr_t)15;
+            ng[i] = (int)((s0 + D::SLICE - a0 + 15) / 16);
+#pragma unroll
+            for (int q = 0; q < D::G; q++)
+                if ((i >> 1) < K && lane + 32 * q < ng[i])
+                    v[i][q] = __ldg((const uint4 *)a0 + lane + 32 * q);
+        }
+    }
+    x_stage<T>(a.x + t * K * (int64_t)512, 512, K, 512, xsm);
+    if (!T::DIRECT && live) {
+        /* then into this warp's stage */
+#pragma unroll
+        for (int i = 0; i < 2 * DK_MAX; i++)
+#pragma unroll
+            for (int q = 0; q < D::G; q++)
+                if ((i >> 1) < K && lane + 32 * q < ng[i])
+                    ((uint4 *)(stg + i * D::TILE))[lane + 32 * q] = v[i][q];
+    }
+    __syncthreads();
+    if (!live)
+        return;
+    const int h = lane >> 4, u = lane & 15, blk = u / T::UPB, p = u % T::UPB;
+    float dot[DK_MAX / 2][2];
+    /* no branches between the rounds: all their loads can go out at once
+     * (K < DK_MAX: the surplus rounds repeat expert K-1, discarded) */
+#pragma unroll
+    for (int j = 0; j < DK_MAX / 2; j++) {
+        int k = min(2 * j + h, K - 1);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const uint8_t *sp = slice(k, r);
+            const uint8_t *bp = T::DIRECT ? sp + blk * T::BB
+                                          : stg + (2 * k + r) * D::TILE +
+                                                ((uintptr_t)sp & 15) + blk * T::BB;
+            float w[32];
+            T::unit(bp, p, a.tabs, w);
+            const float *xt = xsm + k * xl;
+            float acc = 0.0f;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                float xv[8];
+                x_load8<T, true>(xt, blk * T::QK + T::run(p, q), xv);
+#pragma unroll
+                for (int jj = 0; jj < 8; jj++)
+                    acc = __fmaf_rn(w[8 * q + jj], xv[jj], acc);
+            }
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1)
+                acc += __shfl_xor_sync(0xffffffffu, acc, o);
+            dot[j][r] = acc;
+        }
+    }
+    float s[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < DK_MAX / 2; j++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            int kk = 2 * j + hh;
+            float d0 = __shfl_sync(0xffffffffu, dot[j][0], 16 * hh);
+            float d1 = __shfl_sync(0xffffffffu, dot[j][1], 16 * hh);
+            if (kk < K && a.ids[t * K + kk] >= 0) {
+                float wk = a.wts[t * K + kk];
+                s[0] = __fmaf_rn(wk, d0, s[0]);
+                s[1] = __fmaf_rn(wk, d1, s[1]);
+            }
+        }
+#pragma unroll
+    for (int r = 0; r < 2; r++)
         if (lane == r && row0 + r < a.n_out) {
             float *hp = a.y + t * a.n_out + row0 + r;
             *hp = __fadd_rn(*hp, s[r]);
@@ -354,19 +602,98 @@ static int check_x(const float *p, int64_t ld, const char *what, struct cw_err *
 }
 
 namespace {
+/* Which formats stage x in shared memory: those whose lanes each read one
+ * 32-element block (QK 32, IQ4_XS, NVFP4), where x through L1 costs a cache
+ * line per lane and load (Q8_0 LM head 35% -> 73% of bandwidth). Q4_K/Q5_K/
+ * Q6_K and the float types measured slower staged (LM head q4_K 156 -> 178
+ * us, q6_K 172 -> 185): their x loads through L1 already share lines. */
+template <class T>
+constexpr bool use_sx()
+{
+    return !T::DIRECT && T::XP == 32;
+}
+
+/* Launches k with `smem` dynamic shared bytes (raising the kernel's limit
+ * past 48 KB first); grid.x <= 0 asks for a persistent grid: as many blocks
+ * as fit on the chip at once (min with -grid.x). */
+template <class A>
+cudaError_t launch_k(void (*k)(const A), dim3 grid, int persist, unsigned threads, size_t smem,
+                     cudaStream_t s, const A &a, int n_sm)
+{
+    cudaError_t e;
+    if (smem > (48 << 10) &&
+        (e = cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)smem)) != cudaSuccess)
+        return e;
+    if (persist) {
+        int occ = 0;
+        if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, (int)threads, smem)) !=
+            cudaSuccess)
+            return e;
+        unsigned cap = (unsigned)(n_sm * (occ > 0 ? occ : 1));
+        grid.x = grid.x < cap ? grid.x : cap;
+    }
+    k<<<grid, threads, smem, s>>>(a);
+    return cudaGetLastError();
+}
+
 struct gemv_launch {
     cudaStream_t s;
     mv_args a;
-    int nt_pow2;
+    int64_t n_tok;
+    const float *x0, *sl0;
+    float *y0;
+    int n_sm;
+    cudaError_t e;
+    template <class T, int RR, int NT, bool SX>
+    void one(size_t xl)
+    {
+        size_t smem = wstage_bytes<T, RR, WARPS>() + (SX ? xl * a.nt : 0);
+        unsigned grp = (unsigned)((a.n_out + WARPS * RR - 1) / (WARPS * RR));
+        e = launch_k(gemv_kernel<T, RR, NT, SX>, dim3(grp), SX, WARPS * 32, smem, s, a, n_sm);
+    }
     template <class T>
     int go()
     {
-        unsigned grid = (unsigned)((a.n_out + WARPS * R - 1) / (WARPS * R));
-        switch (nt_pow2) {
-        case 1: gemv_kernel<T, 1><<<grid, WARPS * 32, 0, s>>>(a); break;
-        case 2: gemv_kernel<T, 2><<<grid, WARPS * 32, 0, s>>>(a); break;
-        case 4: gemv_kernel<T, 4><<<grid, WARPS * 32, 0, s>>>(a); break;
-        default: gemv_kernel<T, 8><<<grid, WARPS * 32, 0, s>>>(a); break;
+        const int64_t n_in = (int64_t)a.nb * T::QK;
+        const size_t xl = (size_t)xs_len<T>(n_in) * sizeof(float);
+        /* token groups: 8 (the formats staging x always: the largest of 8,
+         * 4, 2, 1 whose x fits the stage) */
+        int ntg = NT_MAX;
+        while (use_sx<T>() && ntg > 1 && xl * ntg > XS_MAX)
+            ntg /= 2;
+        /* short matrices: one row per warp, for more warps in flight */
+        const bool r1 = a.n_out < (int64_t)4 * WARPS * n_sm;
+        e = cudaSuccess;
+        for (int64_t t0 = 0; t0 < n_tok && e == cudaSuccess; t0 += ntg) {
+            a.nt = (int)(n_tok - t0 < ntg ? n_tok - t0 : ntg);
+            a.x = x0 + t0 * a.ldx;
+            a.y = y0 + t0 * a.ldy;
+            a.scale_logit = sl0 ? sl0 + t0 : NULL;
+            /* staged x: always for use_sx formats, else from 3 tokens on
+             * (q4_K 8192x2048 at 8 tokens: 41.6 us through L1, 25-28 staged) */
+            const bool sx = xl * a.nt <= XS_MAX && (use_sx<T>() || a.nt > 2);
+            if (!sx) {
+                if (a.nt == 1)
+                    one<T, 2, 1, false>(xl);
+                else if (a.nt == 2)
+                    one<T, 2, 2, false>(xl);
+                else if constexpr (!use_sx<T>()) {
+                    if (a.nt <= 4)
+                        one<T, 2, 4, false>(xl);
+                    else
+                        one<T, 2, 8, false>(xl);
+                }
+            } else if (a.nt <= 4 && a.nt > 2) {
+                one<T, 2, 4, true>(xl);
+            } else if (a.nt > 4) {
+                one<T, 2, 8, true>(xl);
+            } else if constexpr (use_sx<T>()) {
+                if (a.nt == 1)
+                    r1 ? one<T, 1, 1, true>(xl) : one<T, 2, 1, true>(xl);
+                else
+                    r1 ? one<T, 1, 2, true>(xl) : one<T, 2, 2, true>(xl);
+            }
         }
         return 0;
     }
@@ -376,15 +703,28 @@ struct moe_launch {
     moe_args a;
     bool down;
     int64_t n_tok;
+    int n_sm;
+    cudaError_t e;
     template <class T>
     int go()
     {
-        if (down) {
-            dim3 grid((unsigned)((a.n_out + WARPS * R - 1) / (WARPS * R)), (unsigned)n_tok);
-            moe_down_kernel<T><<<grid, WARPS * 32, 0, s>>>(a);
+        const int64_t n_in = (int64_t)a.nb * T::QK;
+        const size_t xl = (size_t)xs_len<T>(n_in) * sizeof(float);
+        if (down && n_in == 512 && a.K <= DK_MAX) {
+            dim3 grid((unsigned)((a.n_out + WARPS * 2 - 1) / (WARPS * 2)), (unsigned)n_tok);
+            size_t smem = (T::DIRECT ? 0 : WARPS * 2 * DK_MAX * down16<T>::TILE) + xl * a.K;
+            e = launch_k(moe_down16_kernel<T>, grid, 0, WARPS * 32, smem, s, a, n_sm);
+        } else if (down) {
+            dim3 grid((unsigned)((a.n_out + WARPS * 2 - 1) / (WARPS * 2)), (unsigned)n_tok);
+            e = launch_k(moe_down_kernel<T>, grid, 0, WARPS * 32, wstage_bytes<T, 2, WARPS>(), s,
+                         a, n_sm);
         } else {
-            dim3 grid((unsigned)((a.n_out + WARPS - 1) / WARPS), (unsigned)(n_tok * a.K));
-            moe_gate_up_kernel<T><<<grid, WARPS * 32, 0, s>>>(a);
+            dim3 grid((unsigned)((a.n_out + MW - 1) / MW), (unsigned)(n_tok * a.K));
+            size_t ws = wstage_bytes<T, 2, MW>();
+            if (use_sx<T>() && xl <= XS_MAX)
+                e = launch_k(moe_gate_up_kernel<T, true>, grid, 0, MW * 32, ws + xl, s, a, n_sm);
+            else
+                e = launch_k(moe_gate_up_kernel<T, false>, grid, 0, MW * 32, ws, s, a, n_sm);
         }
         return 0;
     }
@@ -408,27 +748,22 @@ extern "C" int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const fl
                        (long long)W->n_out);
     if (n_tok > CW_K_GEMV_MAX_TOK)
         return cw_k_gemm(c, W, d_x, ldx, n_tok, d_y, ldy, add, d_scale_logit, d_scratch, err);
-    /* groups of up to 8 tokens; a group reads the weights once */
-    for (int64_t t0 = 0; t0 < n_tok; t0 += NT_MAX) {
-        int nt = (int)(n_tok - t0 < NT_MAX ? n_tok - t0 : NT_MAX);
-        gemv_launch f;
-        f.s = c->stream;
-        f.a.w = (const uint8_t *)W->d_w;
-        f.a.rb = W->row_bytes;
-        f.a.n_out = W->n_out;
-        f.a.nb = (int)(W->n_in / cw_k_block_elems(W->type));
-        f.a.x = d_x + t0 * ldx;
-        f.a.ldx = ldx;
-        f.a.nt = nt;
-        f.a.y = d_y + t0 * ldy;
-        f.a.ldy = ldy;
-        f.a.add = add;
-        f.a.scale_logit = d_scale_logit ? d_scale_logit + t0 : NULL;
-        f.a.tabs = cw_k_tables();
-        f.nt_pow2 = nt <= 1 ? 1 : nt <= 2 ? 2 : nt <= 4 ? 4 : 8;
-        cw_k_dispatch(W->type, f);
-        CW_CUDA_LAUNCHED(err);
-    }
+    gemv_launch f;
+    f.s = c->stream;
+    f.a.w = (const uint8_t *)W->d_w;
+    f.a.rb = W->row_bytes;
+    f.a.n_out = W->n_out;
+    f.a.nb = (int)(W->n_in / cw_k_block_elems(W->type));
+    f.a.ldx = ldx;
+    f.a.ldy = ldy;
+    f.a.add = add;
+    f.a.tabs = cw_k_tables();
+    f.n_tok = n_tok;
+    f.x0 = d_x, f.y0 = d_y, f.sl0 = d_scale_logit;
+    f.n_sm = c->info.n_sm > 0 ? c->info.n_sm : 1;
+    f.e = cudaSuccess;
+    cw_k_dispatch(W->type, f);
+    CW_CUDA_TRY(err, f.e);
     return 0;
 }
 
@@ -480,8 +815,10 @@ extern "C" int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G,
                    d_ids, NULL, K, d_act, cw_k_tables()};
     f.down = false;
     f.n_tok = n_tok;
+    f.n_sm = c->info.n_sm;
+    f.e = cudaSuccess;
     cw_k_dispatch(G->type, f);
-    CW_CUDA_LAUNCHED(err);
+    CW_CUDA_TRY(err, f.e);
     return 0;
 }
 
@@ -501,7 +838,9 @@ extern "C" int cw_k_moe_down(struct cw_cuda *c, const struct cw_k_mat *D, const 
                    cw_k_tables()};
     f.down = true;
     f.n_tok = n_tok;
+    f.n_sm = c->info.n_sm;
+    f.e = cudaSuccess;
     cw_k_dispatch(D->type, f);
-    CW_CUDA_LAUNCHED(err);
+    CW_CUDA_TRY(err, f.e);
     return 0;
 }

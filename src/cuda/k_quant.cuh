@@ -120,12 +120,22 @@ static __device__ __forceinline__ uint32_t kq_spread4(uint32_t m)
  * DIRECT: blocks are 16-byte aligned, the unit is read straight from global
  * memory with 16-byte loads; otherwise the warp stages the row's bytes in
  * shared memory (coalesced 16-byte loads) and the unit reads from there with
- * the alignment its block guarantees. */
+ * the alignment its block guarantees.
+ * XP: x staged in shared memory gets 4 floats of padding after every XP
+ * floats (kq_xpad), chosen so that the 8 lanes of a quarter-warp, reading
+ * their runs' float4s, hit 8 distinct 4-bank groups (no bank conflicts):
+ * 64 for Q4_K/Q5_K's runs at 64c + 16h, 128 for Q2_K/Q3_K/Q6_K's at
+ * 128hh + 8(p%4), 32 for the rest (one 32-element unit per lane). */
+template <class T>
+static __device__ __forceinline__ int kq_xpad(int i)
+{
+    return i + 4 * (i / T::XP);
+}
 
 /* F32/F16/BF16: "blocks" of 256, unit p = 4 runs of 8 at 8p + 64r, so that
  * 8 lanes read 256 contiguous bytes (coalesced) per run. */
 struct kt_f32 {
-    enum { QK = 256, BB = 1024, UPB = 8, DIRECT = 1 };
+    enum { QK = 256, BB = 1024, UPB = 8, DIRECT = 1, XP = 32 };
     static __device__ int run(int p, int r) { return 8 * p + 64 * r; }
     static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
     {
@@ -141,7 +151,7 @@ struct kt_f32 {
 
 template <bool BF>
 struct kt_f16x {
-    enum { QK = 256, BB = 512, UPB = 8, DIRECT = 1 };
+    enum { QK = 256, BB = 512, UPB = 8, DIRECT = 1, XP = 32 };
     static __device__ int run(int p, int r) { return 8 * p + 64 * r; }
     static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
     {
@@ -165,7 +175,7 @@ typedef kt_f16x<true> kt_bf16;
 static __device__ __forceinline__ int kq_run32(int p, int r) { return 8 * r; }
 
 struct kt_q4_0 {
-    enum { QK = 32, BB = 18, UPB = 1, DIRECT = 0 };
+    enum { QK = 32, BB = 18, UPB = 1, DIRECT = 0, XP = 32 };
     static __device__ int run(int p, int r) { return kq_run32(p, r); }
     static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
     {
@@ -180,7 +190,7 @@ struct kt_q4_0 {
 };
 
 struct kt_q4_1 {
-    enum { QK = 32, BB = 20, UPB = 1, DIRECT = 0 };
+    enum { QK = 32, BB = 20, UPB = 1, DIRECT = 0, XP = 32 };
     static __device__ int run(int p, int r) { return kq_run32(p, r); }
     static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
     {
@@ -195,7 +205,7 @@ struct kt_q4_1 {
 };
 
 struct kt_q5_0 {
-    enum { QK = 32, BB = 22, UPB = 1, DIRECT = 0 };
+    enum { QK = 32, BB = 22, UPB = 1, DIRECT = 0, XP = 32 };
     static __device__ int run(int p, int r) { return kq_run32(p, r); }
     static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
     {
@@ -220,7 +230,7 @@ struct kt_q5_0 {
 };
 
 struct kt_q5_1 {
-    enum { QK = 32, BB = 24, UPB = 1, DIRECT = 0 };
+    enum { QK = 32, BB = 24, UPB = 1, DIRECT = 0, XP = 32 };
     static __device__ int run(int p, int r) { return kq_run32(p, r); }
     static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
     {
@@ -238,7 +248,7 @@ struct kt_q5_1 {
 };
 
 struct kt_q8_0 {
-    enum { QK = 32, BB = 34, UPB = 1, DIRECT = 0 };
+    enum { QK = 32, BB = 34, UPB = 1, DIRECT = 0, XP = 32 };
     static __device__ int run(int p, int r) { return kq_run32(p, r); }
     static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
     {
@@ -254,7 +264,7 @@ struct kt_q8_0 {
 };
 
 struct kt_iq4_nl {
-    enum { QK = 32, BB = 18, UPB = 1, DIRECT = 0 };
+    enum { QK = 32, BB = 18, UPB = 1, DIRECT = 0, XP = 32 };
     static __device__ int run(int p, int r) { return kq_run32(p, r); }
     static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &t, float *w)
     {
@@ -275,7 +285,7 @@ static __device__ __forceinline__ float kq_e8m0_half(uint32_t e)
 }
 
 struct kt_mxfp4 {
-    enum { QK = 32, BB = 17, UPB = 1, DIRECT = 0 };
+    enum { QK = 32, BB = 17, UPB = 1, DIRECT = 0, XP = 32 };
     static __device__ int run(int p, int r) { return kq_run32(p, r); }
     static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &t, float *w)
     {
@@ -303,7 +313,7 @@ static __device__ __forceinline__ float kq_ue4m3_half(uint32_t x)
 
 /* 64-element blocks of four 16-sub-blocks; unit p = sub-blocks 2p, 2p+1. */
 struct kt_nvfp4 {
-    enum { QK = 64, BB = 36, UPB = 2, DIRECT = 0 };
+    enum { QK = 64, BB = 36, UPB = 2, DIRECT = 0, XP = 32 };
     static __device__ int run(int p, int r) { return 32 * p + 8 * r; }
     static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &t, float *w)
     {
@@ -376,7 +386,7 @@ static __device__ __forceinline__ void kq_k4_unit(const uint8_t *b, int p, float
 }
 
 struct kt_q4_k {
-    enum { QK = 256, BB = 144, UPB = 8, DIRECT = 1 };
+    enum { QK = 256, BB = 144, UPB = 8, DIRECT = 1, XP = 64 };
     static __device__ int run(int p, int r) { return kq_run_k4(p, r); }
     static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
     {
@@ -385,7 +395,7 @@ struct kt_q4_k {
 };
 
 struct kt_q5_k {
-    enum { QK = 256, BB = 176, UPB = 8, DIRECT = 1 };
+    enum { QK = 256, BB = 176, UPB = 8, DIRECT = 1, XP = 64 };
     static __device__ int run(int p, int r) { return kq_run_k4(p, r); }
     static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
     {
@@ -401,7 +411,7 @@ static __device__ __forceinline__ int kq_run_k6(int p, int r)
 }
 
 struct kt_q6_k {
-    enum { QK = 256, BB = 210, UPB = 8, DIRECT = 0 };
+    enum { QK = 256, BB = 210, UPB = 8, DIRECT = 0, XP = 128 };
     static __device__ int run(int p, int r) { return kq_run_k6(p, r); }
     static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
     {
@@ -429,7 +439,7 @@ struct kt_q6_k {
 };
 
 struct kt_q2_k {
-    enum { QK = 256, BB = 84, UPB = 8, DIRECT = 0 };
+    enum { QK = 256, BB = 84, UPB = 8, DIRECT = 0, XP = 128 };
     static __device__ int run(int p, int r) { return kq_run_k6(p, r); }
     static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
     {
@@ -453,7 +463,7 @@ struct kt_q2_k {
 };
 
 struct kt_q3_k {
-    enum { QK = 256, BB = 110, UPB = 8, DIRECT = 0 };
+    enum { QK = 256, BB = 110, UPB = 8, DIRECT = 0, XP = 128 };
     static __device__ int run(int p, int r) { return kq_run_k6(p, r); }
     static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &, float *w)
     {
@@ -484,7 +494,7 @@ struct kt_q3_k {
 
 /* IQ4_XS: unit p = sub-block p of 32 (lo nibbles 0..15, hi 16..31). */
 struct kt_iq4_xs {
-    enum { QK = 256, BB = 136, UPB = 8, DIRECT = 0 };
+    enum { QK = 256, BB = 136, UPB = 8, DIRECT = 0, XP = 32 };
     static __device__ int run(int p, int r) { return 32 * p + 8 * r; }
     static __device__ void unit(const uint8_t *b, int p, const cw_k_tabs &t, float *w)
     {

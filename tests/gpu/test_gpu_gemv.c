@@ -241,6 +241,9 @@ static void test_type(enum cw_qtype type)
         {qk * 3, 9, 9, 0, 5, 0, 0},       /* two token groups */
         {1024, 19, 33, 0, 0, 1, 1},       /* GEMM regime */
         {2048, 70, 72, 4, 2, 0, 0},
+        {qk * 4, 2300, 1, 0, 0, 1, 0},    /* long matrices: two rows per warp */
+        {qk * 2, 2200, 3, 0, 0, 0, 1},
+        {25600, 5, 2, 0, 0, 1, 0},        /* x too large to stage: read through L1 */
     };
     for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
         if (S[i].n_in % qk)
@@ -293,10 +296,12 @@ static const float *hexp_w(const struct hexp *h, int e)
     return NULL;
 }
 
-static void check_moe(enum cw_qtype tg, enum cw_qtype td, int64_t n_tok)
+/* F = 512 with K <= 8 takes the experts-across-lanes down kernel, other F
+ * the generic one. */
+static void check_moe(enum cw_qtype tg, enum cw_qtype td, int64_t n_tok, int64_t F, int K)
 {
-    const int X = 256, K = 8;
-    const int64_t E_ = 2048, F = 512;
+    const int X = 256;
+    const int64_t E_ = 2048;
     int used[12];
     for (int i = 0; i < 12; i++)
         used[i] = (37 * i + 5) % X;
@@ -390,12 +395,12 @@ static void check_moe(enum cw_qtype tg, enum cw_qtype td, int64_t n_tok)
        cw_qtype_name(td), K, (long long)E_, (long long)F, (long long)n_tok, bad);
     /* batch invariance of the experts: token 0 alone equals token 0 of the batch */
     if (n_tok > 1) {
-        float a1[8 * 512], *ab = malloc(sizeof(float) * K * F);
+        float *a1 = malloc(sizeof(float) * K * F), *ab = malloc(sizeof(float) * K * F);
         memcpy(ab, act, sizeof(float) * K * F);
         CK(cw_k_moe_gate_up(C, &mg, &mu, d_x, d_ids, K, 1, d_act, scr, &E));
         down(a1, d_act, sizeof(float) * K * F);
         ok(!memcmp(a1, ab, sizeof(float) * K * F), "moe_gate_up: token 0 alone = in the batch");
-        free(ab);
+        free(ab), free(a1);
     }
     cw_cuda_free(C, d_ids), cw_cuda_free(C, d_wts), cw_cuda_free(C, d_x), cw_cuda_free(C, d_h);
     cw_cuda_free(C, d_act), cw_cuda_free(C, scr);
@@ -517,7 +522,10 @@ static void bench(void)
     for (int t = 0; t < 6; t++)
         for (int o = 0; o < 3; o++)
             bench_one(bt[t], 2048, outs[o], 0, 1, peak);
+    bench_one(CW_TYPE_Q4_K, 256, 1, 0, 1, peak); /* the floor: launch + event overhead */
     bench_one(CW_TYPE_Q4_K, 8192, 2048, 0, 1, peak);
+    bench_one(CW_TYPE_Q4_K, 4096, 2048, 0, 1, peak);
+    bench_one(CW_TYPE_Q6_K, 4096, 2048, 0, 1, peak);
     bench_one(CW_TYPE_Q4_K, 2048, 248320, 0, 1, peak);
     bench_one(CW_TYPE_Q6_K, 2048, 248320, 0, 1, peak);
     bench_one(CW_TYPE_Q8_0, 2048, 248320, 0, 1, peak);
@@ -536,9 +544,11 @@ int main(void)
     check_refusals();
     for (int i = 0; i < N_TYPES; i++)
         test_type(TYPES[i]);
-    check_moe(CW_TYPE_Q4_K, CW_TYPE_Q6_K, 1);
-    check_moe(CW_TYPE_Q4_K, CW_TYPE_Q4_K, 1);
-    check_moe(CW_TYPE_Q4_K, CW_TYPE_Q6_K, GEMV_MAX_TOK); /* above: test_gpu_moe_prefill.c */
+    check_moe(CW_TYPE_Q4_K, CW_TYPE_Q6_K, 1, 512, 8);
+    check_moe(CW_TYPE_Q4_K, CW_TYPE_Q4_K, 1, 512, 8);
+    check_moe(CW_TYPE_Q4_K, CW_TYPE_Q6_K, GEMV_MAX_TOK, 512, 8); /* above: test_gpu_moe_prefill.c */
+    check_moe(CW_TYPE_Q4_K, CW_TYPE_Q8_0, 3, 512, 5);
+    check_moe(CW_TYPE_Q6_K, CW_TYPE_Q4_K, 2, 768, 8);
     if (getenv("CWEN_GPU_BENCH") && atoi(getenv("CWEN_GPU_BENCH")))
         bench();
     cw_cuda_close(C);
