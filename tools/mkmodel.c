@@ -470,7 +470,7 @@ struct job {
     atomic_size_t next;
     atomic_int failed;
     int fd;
-    float std, out_std;
+    float std, out_std, hot_scale;
     struct cw_err err; /* first failure */
     pthread_mutex_t mu;
 };
@@ -509,6 +509,11 @@ static void *worker(void *arg)
         s = splitmix64(&s) ^ ((uint64_t)it->chunk * 0xd1342543de82ef95ull);
         splitmix64(&s);
         fill(t->role, t->role == CW_T_OUTPUT ? j->out_std : j->std, &s, x, n);
+        if (t->role == CW_T_OUTPUT && j->o->hot_tokens)
+            for (int64_t r = 0; r < it->n_rows; r++)
+                if (cw_mkmodel_is_hot_row(j->o->hp.n_vocab, j->o->hot_tokens, it->row0 + r))
+                    for (int64_t e = 0; e < t->ne[0]; e++)
+                        x[r * t->ne[0] + e] *= j->hot_scale;
         cw_qtype_traits(j->types[it->tensor])->quant_row(x, q, n);
         uint64_t off = j->offsets[it->tensor] + (uint64_t)it->row0 * row_bytes;
         size_t done = 0;
@@ -528,6 +533,14 @@ static void *worker(void *arg)
     free(x);
     free(q);
     return NULL;
+}
+
+bool cw_mkmodel_is_hot_row(uint32_t n_vocab, uint32_t n_hot, int64_t row)
+{
+    if (n_hot == 0 || n_hot > n_vocab)
+        return false;
+    const int64_t stride = n_vocab / n_hot;
+    return row / stride < n_hot && row % stride == stride / 2;
 }
 
 static double now_s(void)
@@ -556,6 +569,9 @@ int cw_mkmodel(const struct cw_mkmodel_opts *o, struct cw_mkmodel_result *res, s
         return cw_err_prefix(err, "mkmodel");
     if ((unsigned)o->mix > CW_MIX_F32)
         return cw_errf(err, CW_ERR_INVALID, "mkmodel: bad mix %d", (int)o->mix);
+    if (o->hot_tokens > o->hp.n_vocab)
+        return cw_errf(err, CW_ERR_INVALID, "mkmodel: %u hot tokens > vocabulary %u", o->hot_tokens,
+                       o->hp.n_vocab);
     const char *vpath = o->vocab_path ? o->vocab_path : cw_mkmodel_default_vocab(vbuf, sizeof vbuf);
     const char *tpath = o->template_path ? o->template_path : cw_mkmodel_default_template(tbuf, sizeof tbuf);
     if (cw_gguf_open(&vg, vpath, err))
@@ -627,6 +643,7 @@ int cw_mkmodel(const struct cw_mkmodel_opts *o, struct cw_mkmodel_result *res, s
      * RMS after output_norm, logit std = out_std·√E, and only a logit spread
      * of several units gives peaked next-token distributions over ~10⁵ rows
      * (std 0.1 everywhere gives mean top-1 ≈ 0.003 at E = 256). */
+    j.hot_scale = o->hot_scale > 0 ? o->hot_scale : CW_MKMODEL_DEFAULT_HOT_SCALE;
     j.out_std = (o->logit_std > 0 ? o->logit_std : CW_MKMODEL_DEFAULT_LOGIT_STD) / sqrtf((float)o->hp.n_embd);
     atomic_init(&j.next, 0);
     atomic_init(&j.failed, 0);

@@ -5,8 +5,8 @@
  * chosen mix), random weights, and a real tokenizer copied from a vocabulary
  * GGUF. The tensor list comes from model/qwen35 (cw_qwen35_tensors); this
  * module owns weight initialisation, the mix rules and parallel writing.
- * Output is a function of (hparams, mix, seed, std, logit_std, vocab,
- * template, name) only:
+ * Output is a function of (hparams, mix, seed, std, logit_std, hot_tokens,
+ * hot_scale, vocab, template, name) only:
  * each chunk of rows is seeded from seed + tensor name + chunk index, so the
  * thread count never changes a byte. */
 #ifndef CW_MKMODEL_H
@@ -39,6 +39,10 @@ struct cw_mkmodel_opts {
     float std;                 /* weight standard deviation (0: default 0.1) */
     float logit_std;           /* output.weight std × √n_embd, i.e. the logits' std for a
                                   unit-RMS hidden state (0: default CW_MKMODEL_DEFAULT_LOGIT_STD) */
+    uint32_t hot_tokens;       /* output.weight rows scaled by hot_scale, spread evenly over the
+                                  vocabulary (0: none, the default): a few tokens then dominate
+                                  the logits, so the top-2 margin is wide at most positions */
+    float hot_scale;           /* factor for those rows (0: default CW_MKMODEL_DEFAULT_HOT_SCALE) */
     int n_threads;             /* 0: number of online CPUs */
     const char *vocab_path;    /* tokenizer source GGUF (NULL: the oracle's qwen35 vocab) */
     const char *template_path; /* chat template (NULL: the oracle's Qwen3.5-4B.jinja) */
@@ -58,6 +62,12 @@ struct cw_mkmodel_result {
 
 #define CW_MKMODEL_DEFAULT_STD 0.1f
 #define CW_MKMODEL_DEFAULT_LOGIT_STD 6.0f
+#define CW_MKMODEL_DEFAULT_HOT_SCALE 8.0f
+
+/* Whether output row `row` of an n_vocab-row head is one of n_hot hot rows:
+ * the middle row of each of n_hot equal strides (ordinary tokens of Qwen's
+ * vocabulary, far from the special ids at the end). */
+bool cw_mkmodel_is_hot_row(uint32_t n_vocab, uint32_t n_hot, int64_t row);
 
 /* Default paths under $CWEN_ORACLE_DIR (default ~/.cache/cwen-oracle); buf
  * receives the path. */

@@ -22,6 +22,9 @@ static void usage(FILE *f)
             "  --seed N               random seed (default 1)\n"
             "  --std X                weight standard deviation (default %.2f)\n"
             "  --logit-std X          LM head std x sqrt(n_embd): spread of the logits (default %.1f)\n"
+            "  --hot-tokens N         scale N evenly spread LM head rows (default 0: none), so that a\n"
+            "                         few tokens dominate the logits and top-2 margins are wide\n"
+            "  --hot-scale X          factor for those rows (default %.1f)\n"
             "  --threads N            worker threads (default: all CPUs; output does not depend on it)\n"
             "  --vocab FILE.gguf      tokenizer source (default $CWEN_ORACLE_DIR/llama.cpp/models/ggml-vocab-qwen35.gguf)\n"
             "  --template FILE.jinja  chat template (default .../models/templates/Qwen3.5-4B.jinja)\n"
@@ -33,13 +36,14 @@ static void usage(FILE *f)
             "  --dry-run              print tensor count, file size, decode bytes/token; write nothing\n"
             "  --list                 print every tensor: name, type, shape\n"
             "  -h, --help\n",
-            CW_MKMODEL_DEFAULT_STD, CW_MKMODEL_DEFAULT_LOGIT_STD);
+            CW_MKMODEL_DEFAULT_STD, CW_MKMODEL_DEFAULT_LOGIT_STD, CW_MKMODEL_DEFAULT_HOT_SCALE);
 }
 
 enum {
     O_PRESET = 256, O_MIX, O_NO_MTP, O_SEED, O_STD, O_THREADS, O_VOCAB, O_TEMPLATE, O_NAME, O_VOCAB_SIZE,
     O_LAYERS, O_EMBD, O_HEADS, O_KV_HEADS, O_HEAD_DIM, O_ROT, O_EXPERTS, O_EXPERTS_USED, O_FF_EXP,
     O_FF_SHEXP, O_FF, O_K_HEADS, O_V_HEADS, O_STATE, O_CONV, O_CTX, O_DRY, O_LOGIT_STD, O_LIST,
+    O_HOT_TOKENS, O_HOT_SCALE,
 };
 
 static const struct option longopts[] = {
@@ -58,7 +62,8 @@ static const struct option longopts[] = {
     {"v-heads", required_argument, 0, O_V_HEADS}, {"state-size", required_argument, 0, O_STATE},
     {"conv", required_argument, 0, O_CONV}, {"ctx", required_argument, 0, O_CTX},
     {"dry-run", no_argument, 0, O_DRY}, {"logit-std", required_argument, 0, O_LOGIT_STD},
-    {"list", no_argument, 0, O_LIST}, {0, 0, 0, 0},
+    {"list", no_argument, 0, O_LIST}, {"hot-tokens", required_argument, 0, O_HOT_TOKENS},
+    {"hot-scale", required_argument, 0, O_HOT_SCALE}, {0, 0, 0, 0},
 };
 
 static int parse_u64(const char *opt, const char *s, uint64_t max, uint64_t *out)
@@ -120,16 +125,22 @@ int cw_cmd_mkmodel(int argc, char **argv)
                 return 2;
             break;
         case O_STD:
-        case O_LOGIT_STD: {
+        case O_LOGIT_STD:
+        case O_HOT_SCALE: {
             char *end;
             float f = strtof(optarg, &end);
             if (!*optarg || *end || !(f > 0.0f) || f > 100.0f) {
                 fprintf(stderr, "cwen mkmodel: --%s: bad value '%s'\n", longopts[li].name, optarg);
                 return 2;
             }
-            *(c == O_STD ? &o.std : &o.logit_std) = f;
+            *(c == O_STD ? &o.std : c == O_LOGIT_STD ? &o.logit_std : &o.hot_scale) = f;
             break;
         }
+        case O_HOT_TOKENS:
+            if (parse_u64("hot-tokens", optarg, UINT32_MAX, &v))
+                return 2;
+            o.hot_tokens = (uint32_t)v;
+            break;
         case O_THREADS:
             if (parse_u64("threads", optarg, 1024, &v))
                 return 2;

@@ -31,8 +31,9 @@
  *     exceeds 2 % of the row's max |logit| (about twice the table's worst
  *     mismatch margin), and most positions (>= 55 %) clear that margin, so
  *     the check is not vacuous.
- * The real-width file has looser row-0 and margin bounds, justified at their
- * definitions (with why its row 0 differs). */
+ * The real-width file has a looser row-0 bound, a wider margin, generated
+ * "hot" tokens that make most rows clear it, and the same checks against
+ * llama.cpp run token by token, all justified at their definitions. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,8 +69,9 @@ static double now_s(void)
 #define MIN_CLEAR 0.55
 /* The real-width file: `--preset 35b-a3b --layers 4 --vocab-size 151936`
  * with MTP (E 2048, 256 experts top 8, H 16/2, DeltaNet 16 k / 32 v heads;
- * layer 3 is attention), weight std 0.05, in CI by default (~2.9 GB, ~2 min
- * on 2 cores, most of it llama.cpp's 128 token-by-token calls; 8 GB RSS).
+ * layer 3 is attention), weight std 0.05, 16 hot tokens (below), in CI by
+ * default (~2.9 GB, ~2 min on 2 cores, most of it llama.cpp's 128
+ * token-by-token calls; 8 GB RSS).
  *
  * Why row 0 differs at real widths (it was 2.3e-2 at std 0.3 and read as
  * "3.5e-7 at std 0.05"): it is not the weight scale. `cwen debug-dump` against
@@ -90,16 +92,41 @@ static double now_s(void)
  * the file, not on the std: on this std-0.05 file llama.cpp's own batch and
  * token-by-token runs differ by 0.017 at row 0 too, while cwen and
  * llama.cpp's token-by-token run agree to 3.5e-7 there. So:
- *   - row 0 <= 0.05: llama.cpp's own batch-vs-single gap (0.017) x 3;
- *   - top-1 margin 4 % of max |logit|: ~1.5 x the widest margin at which
- *     llama.cpp disagrees with itself on this file (0.71 of 27.7, 2.6 %;
- *     cwen's widest is 0.82, 2.9 %); 53 of 128 rows clear it, so >= 40 %
- *     must (the logits of 256-expert files are flatter: lowering the
- *     margin to 2 % would let 83 rows clear but one flips there). */
+ *   - row 0 <= 0.05: ~2-3 x llama.cpp's own batch-vs-single gap there
+ *     (0.017 on the plain file, 0.024 on the hot-token one below).
+ *
+ * Why its top-1 margin needs hot tokens. With the plain generator (logits ~
+ * Gaussian over 151,936 rows) the top-2 gap is ~max / (2 ln V) ≈ 4 % of the
+ * max |logit|, about the size of the drift between any two evaluations: only
+ * 41 % of the rows cleared a 4 % margin. Comparing against llama.cpp run
+ * token by token (cwen's mode: it agrees with cwen at row 0 to 3.5e-7) does
+ * not help: from row 1 on, llama.cpp's f16 attention (q rounded to f16, f16
+ * accumulator) differs from cwen's f32 by ~1e-3, and Q8 activation rounding
+ * and 256-expert routing near-ties amplify any such difference to the same
+ * percent level (cwen vs token-by-token: mean 0.033, 1st flip at row 1; with
+ * an f32 KV cache even row 0 moves to 0.009, from V's f16 rounding alone). The
+ * drift is the noise floor of 8-bit activations, so the logits must have
+ * wider gaps: the file is made with `--hot-tokens 16 --hot-scale 8` (16 LM
+ * head rows, spread over the vocabulary, 8x the others), so the max over 16
+ * strong tokens decides each row (max |logit| ~100 instead of ~28; the row's
+ * error scales with it, so the relative bounds keep their meaning).
+ * Measured on this file (cwen vs llama.cpp batched / vs llama.cpp token by
+ * token / llama.cpp batched vs token by token):
+ *   - mean row-relative error 0.038 / 0.036 / 0.028, max 0.135 / 0.124 / 0.137;
+ *   - top-1 mismatches at margins up to 3.3 % / 4.25 % / 1.05 % of max |logit|;
+ *   - MARGIN_WIDE 6 %: ~1.4 x the widest cwen mismatch; 104 (81 %) / 110
+ *     (86 %) of 128 rows clear it, so >= 70 % must (most, with room for a
+ *     changed rounding order re-drawing the noise: a model of the drift,
+ *     Gaussian per-token noise at the measured per-row errors, puts ~81 ± 3.5 %
+ *     of rows above 6 % and one mismatch above it in ~500 rows).
+ * Both comparisons get these checks: the batched one is how users run, the
+ * token-by-token one is llama.cpp in cwen's mode (and must match row 0 to
+ * float rounding, ROW0_REL, as cwen is batch-invariant). */
 #define STD_WIDE "0.05"
+#define HOT_WIDE "--hot-tokens 16 --hot-scale 8"
 #define ROW0_REL_WIDE 0.05
-#define MARGIN_WIDE 0.04
-#define MIN_CLEAR_WIDE 0.40
+#define MARGIN_WIDE 0.06
+#define MIN_CLEAR_WIDE 0.70
 
 struct stats {
     double rel0, max_rel, mean_rel, mean_maxlogit;
@@ -267,6 +294,9 @@ static void run_file(const char *path, struct cw_pool *pool, bool wide)
     const char *fa = getenv("CWEN_FWD_FA"); /* diagnostic: 0 off, 1 on (default: auto = on) */
     if (fa && *fa)
         cp.flash_attn_type = atoi(fa) ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    const char *kv = getenv("CWEN_FWD_KV"); /* diagnostic: "f32" KV cache (default f16, as cwen) */
+    if (kv && !strcmp(kv, "f32"))
+        cp.type_k = cp.type_v = GGML_TYPE_F32;
     struct llama_context *ctx = llama_init_from_model(lm, cp);
     float *L = malloc((size_t)(N_ROWS * V) * sizeof(float));
     float *T = malloc((size_t)(N_ROWS * V) * sizeof(float));
@@ -319,12 +349,12 @@ static void run_file(const char *path, struct cw_pool *pool, bool wide)
          t1 - t0, now_s() - t1);
     if (!bad && rc == 0) {
         const double margin = wide ? MARGIN_WIDE : MARGIN;
+        const double min_clear = wide ? MIN_CLEAR_WIDE : MIN_CLEAR;
         struct stats cw = compare(L, C, V, margin), self = compare(L, T, V, margin);
+        struct stats vt = compare(T, C, V, margin);
         print_stats("cwen vs llama.cpp", &cw);
         print_stats("llama.cpp token-by-token", &self);
-        struct stats vt = compare(T, C, V, margin);
-        note("  cwen vs llama.cpp token-by-token: row 0 rel %.2g, 1st flip @%d, mean rel %.3g",
-             vt.rel0, vt.first_flip, vt.mean_rel);
+        print_stats("cwen vs llama.cpp tok-by-tok", &vt);
         double row0 = wide ? ROW0_REL_WIDE : strstr(path, "bf16") ? ROW0_REL_BF16 : ROW0_REL;
         ok(cw.rel0 <= row0, "%s: row 0 row-relative error %.3g <= %g", path, cw.rel0, row0);
         ok(cw.max_rel <= MAX_REL, "%s: max row-relative error %.3g <= %.2f", path, cw.max_rel,
@@ -335,8 +365,23 @@ static void run_file(const char *path, struct cw_pool *pool, bool wide)
         ok(cw.clear_mismatch == 0, "%s: top-1 identical at all %d positions with margin > "
            "%.0f%% of max |logit| (%d differ)", path, cw.n_clear, 100 * margin,
            cw.clear_mismatch);
-        ok(cw.n_clear >= (wide ? MIN_CLEAR_WIDE : MIN_CLEAR) * N_ROWS, "%s: %d of %d positions clear the margin", path,
-           cw.n_clear, N_ROWS);
+        ok(cw.n_clear >= min_clear * N_ROWS, "%s: %d of %d positions (>= %.0f%%) clear the margin",
+           path, cw.n_clear, N_ROWS, 100 * min_clear);
+        /* llama.cpp token by token is cwen's mode, and row 0 has no attention
+         * difference: float rounding only, on every file */
+        double row0_tok = strstr(path, "bf16") ? ROW0_REL_BF16 : ROW0_REL;
+        ok(vt.rel0 <= row0_tok, "%s: row 0 vs llama.cpp token by token %.3g <= %g", path,
+           vt.rel0, row0_tok);
+        if (wide) { /* the other bounds as for the batched comparison */
+            ok(vt.max_rel <= MAX_REL && vt.mean_rel <= bound, "%s: vs llama.cpp token by token: "
+               "max row-relative error %.3g <= %.2f, mean %.3g <= %.3g", path, vt.max_rel, MAX_REL,
+               vt.mean_rel, bound);
+            ok(vt.clear_mismatch == 0, "%s: vs llama.cpp token by token: top-1 identical at all %d "
+               "positions with margin > %.0f%% of max |logit| (%d differ)", path, vt.n_clear,
+               100 * margin, vt.clear_mismatch);
+            ok(vt.n_clear >= min_clear * N_ROWS, "%s: vs llama.cpp token by token: %d of %d "
+               "positions (>= %.0f%%) clear the margin", path, vt.n_clear, N_ROWS, 100 * min_clear);
+        }
     }
     if (!bad && rc == 0 && w.has_mtp)
         mtp_file(path, lm, &m, &s, toks, Ch, L, C, V, E);
@@ -388,9 +433,9 @@ int main(void)
         if (only && *only && strcmp(only, tag))
             continue;
         snprintf(path, sizeof path, "%s/fwd-oracle-%s.gguf", tmp, tag);
-        snprintf(cmd, sizeof cmd, "'%s' mkmodel -o '%s' --preset %s --mix %s --seed 7 --std %s %s %s %s "
+        snprintf(cmd, sizeof cmd, "'%s' mkmodel -o '%s' --preset %s --mix %s --seed 7 --std %s %s %s %s %s "
                  ">/dev/null", bin, path, files[i].preset, files[i].mix, wide ? STD_WIDE : "0.3",
-                 files[i].mtp ? "" : "--no-mtp", files[i].opts, extra);
+                 wide ? HOT_WIDE : "", files[i].mtp ? "" : "--no-mtp", files[i].opts, extra);
         int rc = system(cmd);
         ok(rc == 0, "%s", cmd);
         if (rc == 0)
