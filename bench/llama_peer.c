@@ -193,7 +193,7 @@ int main(int argc, char **argv)
     const char *path = NULL;
     int64_t pp[MAX_LIST] = {512}, tg[MAX_LIST] = {128}, dp[MAX_LIST] = {0};
     int n_pp = 1, n_tg = 1, n_dp = 1, reps = 3, threads = 2;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = !v;
         if (!strcmp(a, "-m") && v)
@@ -214,7 +214,6 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: llama_peer -m FILE [-p LIST] [-n LIST] [-d LIST] [-r R] [-t N]\n");
             return 2;
         }
-        i++;
     }
     if (!path) {
         fprintf(stderr, "llama_peer: -m FILE is required\n");
