@@ -767,10 +767,10 @@ extern "C" int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const fl
     return 0;
 }
 
-/* The routed experts need no scratch: every launch reads the selected
- * experts' rows per (token, slot) pair, in the decode and prefill regimes
- * alike (a prefill reads an expert once per token that picked it; grouping
- * tokens by expert is the next step for prefill speed). */
+/* Decode (n_tok <= CW_K_GEMV_MAX_TOK) needs no scratch: each launch reads
+ * the selected experts' rows per (token, slot) pair. Prefill groups the
+ * pairs by expert (k_moe_gemm.cu) and needs the sort, the f16 activations
+ * and the per-pair outputs: cw_k_moe_gemm_scratch. */
 extern "C" size_t cw_k_moe_scratch(const struct cw_k_mat *G, int X, int K, int64_t n_tok)
 {
     if (n_tok > CW_K_GEMV_MAX_TOK)
