@@ -17,40 +17,11 @@
 
 #include "cuda/cuda_timer.h"
 #include "cuda/kernels.h"
+#define GPU_TEST_SEED 0x9E3779B97F4A7C15ull
 #include "gpu_test.h"
 
 #define GEMV_MAX_TOK 32 /* k_gemv.cu's CW_K_GEMV_MAX_TOK */
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static double unif(void)
-{
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return ((rng >> 11) + 0.5) / 9007199254740992.0;
-}
-static float gauss(void)
-{
-    return (float)(sqrt(-2.0 * log(unif())) * cos(6.283185307179586 * unif()));
-}
-
-static struct cw_cuda *C;
-static struct cw_err E;
-
-#define CK(call)                                                    \
-    do {                                                            \
-        if ((call) != 0) {                                          \
-            printf("not ok - %s:%d: %s\n", __FILE__, __LINE__, E.msg); \
-            exit(1);                                                \
-        }                                                           \
-    } while (0)
-
-static void *dalloc(size_t n)
-{
-    void *p;
-    CK(cw_cuda_alloc(C, &p, n, &E));
-    return p;
-}
-static void up(void *d, const void *h, size_t n) { CK(cw_cuda_upload(C, d, h, n, &E)); }
-static void down(void *h, const void *d, size_t n) { CK(cw_cuda_download(C, h, d, n, &E)); }
 
 static const enum cw_qtype TYPES[] = {
     CW_TYPE_Q4_K, CW_TYPE_Q6_K, CW_TYPE_Q5_K, CW_TYPE_Q8_0, CW_TYPE_F32, CW_TYPE_F16,

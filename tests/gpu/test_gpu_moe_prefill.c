@@ -20,6 +20,7 @@
 
 #include "cuda/cuda_timer.h"
 #include "cuda/kernels.h"
+#define GPU_TEST_SEED 0x2545F4914F6CDD1Dull
 #include "gpu_test.h"
 
 #define X 256
@@ -28,36 +29,6 @@
 #define FW 512  /* F */
 #define N_USED 16
 
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static double unif(void)
-{
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return ((rng >> 11) + 0.5) / 9007199254740992.0;
-}
-static float gauss(void)
-{
-    return (float)(sqrt(-2.0 * log(unif())) * cos(6.283185307179586 * unif()));
-}
-
-static struct cw_cuda *C;
-static struct cw_err E;
-
-#define CK(call)                                                       \
-    do {                                                               \
-        if ((call) != 0) {                                             \
-            printf("not ok - %s:%d: %s\n", __FILE__, __LINE__, E.msg); \
-            exit(1);                                                   \
-        }                                                              \
-    } while (0)
-
-static void *dalloc(size_t n)
-{
-    void *p;
-    CK(cw_cuda_alloc(C, &p, n, &E));
-    return p;
-}
-static void up(void *d, const void *h, size_t n) { CK(cw_cuda_upload(C, d, h, n, &E)); }
-static void down(void *h, const void *d, size_t n) { CK(cw_cuda_download(C, h, d, n, &E)); }
 
 /* X experts of n_out x n_in stacked on the device; experts used[i] hold
  * quantised Gaussian rows (w: their f32 values), the others NaN scales
