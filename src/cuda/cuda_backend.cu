@@ -271,15 +271,6 @@ done:
 
 /* ---- sequences ---------------------------------------------------------------------- */
 
-static struct cw_k_attn_dims attn_dims(const struct cw_qwen35_hparams *hp)
-{
-    struct cw_k_attn_dims d = {(int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim, hp->eps,
-                               (int)hp->n_rot,  hp->rope_base,      {0, 0, 0, 0}};
-    for (int i = 0; i < 4; i++)
-        d.sections[i] = hp->rope_sections[i];
-    return d;
-}
-
 struct scratch_need {
     int64_t n[3];
     size_t bytes;
@@ -308,7 +299,7 @@ static size_t scratch_bytes(struct cw_cuda_model *M)
     struct scratch_need s = {{1, M->lm_rows, M->chunk}, 0};
     struct cw_err ignore = {0, {0}};
     visit_all(need_mat, &s, &M->dw, &ignore);
-    const struct cw_k_attn_dims ad = attn_dims(hp);
+    const struct cw_k_attn_dims ad = cw_cuda_attn_dims(hp);
     for (int i = 0; i < 3; i++) {
         size_t a = cw_k_attn_scratch(&ad, s.n[i], M->base.n_ctx_max);
         s.bytes = a > s.bytes ? a : s.bytes;
@@ -506,7 +497,7 @@ static bool env_is(const char *name, const char *value)
 /* the largest chunk (a power of two up to CHUNK_MAX) whose attention scratch fits */
 static int64_t pick_chunk(const struct cw_qwen35_hparams *hp, int64_t n_ctx)
 {
-    const struct cw_k_attn_dims ad = attn_dims(hp);
+    const struct cw_k_attn_dims ad = cw_cuda_attn_dims(hp);
     int64_t t = CHUNK_MAX;
     while (t > 16 && cw_k_attn_scratch(&ad, t, n_ctx) > ATTN_SCRATCH_MAX)
         t /= 2;

@@ -45,15 +45,6 @@ static struct cw_k_deltanet_dims dn_dims(const struct cw_qwen35_hparams *hp)
     return d;
 }
 
-static struct cw_k_attn_dims attn_dims(const struct cw_qwen35_hparams *hp)
-{
-    struct cw_k_attn_dims d = {(int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim, hp->eps,
-                               (int)hp->n_rot,  hp->rope_base,      {0, 0, 0, 0}};
-    for (int i = 0; i < 4; i++)
-        d.sections[i] = hp->rope_sections[i];
-    return d;
-}
-
 /* Gated DeltaNet, §3.2: four projections, the recurrent core, ssm_out (+h). */
 static int deltanet(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen35_ssm_w *l,
                     struct cw_cuda_layer_state *st, int64_t n, struct cw_err *err)
@@ -76,7 +67,7 @@ static int deltanet(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_
 static int attention(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen35_attn_w *l,
                      struct cw_cuda_layer_state *st, int64_t n, struct cw_err *err)
 {
-    const struct cw_k_attn_dims d = attn_dims(&M->dw.hp);
+    const struct cw_k_attn_dims d = cw_cuda_attn_dims(&M->dw.hp);
     const int64_t E = M->dw.hp.n_embd;
     if (mm_x(M, s, &l->q, s->P, n, err) || mm_x(M, s, &l->k, s->k, n, err) ||
         mm_x(M, s, &l->v, s->v, n, err))

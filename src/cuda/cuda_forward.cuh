@@ -90,4 +90,15 @@ static inline struct cw_k_mat cw_cuda_mat(const struct cw_wt *t)
     return m;
 }
 
+/* The attention kernel's dimensions from the model's (used by the forward
+ * and by the scratch sizing of a sequence). */
+static inline struct cw_k_attn_dims cw_cuda_attn_dims(const struct cw_qwen35_hparams *hp)
+{
+    struct cw_k_attn_dims d = {(int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim, hp->eps,
+                               (int)hp->n_rot,  hp->rope_base,      {0, 0, 0, 0}};
+    for (int i = 0; i < 4; i++)
+        d.sections[i] = hp->rope_sections[i];
+    return d;
+}
+
 #endif
