@@ -4,6 +4,24 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/pool.h"
+
+/* f16 → f32 for the cache reads of the core: normal numbers by moving the
+ * bits (exact), the rest (zero, subnormal, inf, nan) by the general
+ * conversion. The core reads every cached value once per query head, so
+ * this is its hottest step after the products. */
+static inline float kv_f32(cw_f16 h)
+{
+    const uint32_t e = h & 0x7c00u;
+    if (e == 0 || e == 0x7c00u)
+        return cw_f16_to_f32(h);
+    const uint32_t bits = ((uint32_t)(h & 0x8000u) << 16) | (((uint32_t)(h & 0x7fffu) << 13) +
+                                                             ((uint32_t)(127 - 15) << 23));
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
 int64_t cw_attn_scratch_floats(const struct cw_attn_dims *d, int64_t n_ctx)
 {
     // q and gate (H*hd each), k (Hkv*hd), scores (n_ctx), rope cache (n_rot)
@@ -88,7 +106,7 @@ void cw_attn_core(const struct cw_attn_dims *d, const struct cw_kv_cache *kv, in
             const cw_f16 *kr = kv->k + p * row + (int64_t)kvh * hd;
             float s = 0.0f;
             for (int i = 0; i < hd; i++)
-                s += qh[i] * cw_f16_to_f32(kr[i]);
+                s += qh[i] * kv_f32(kr[i]);
             s *= scale;
             scores[p] = s;
             max = s > max ? s : max;
@@ -104,7 +122,7 @@ void cw_attn_core(const struct cw_attn_dims *d, const struct cw_kv_cache *kv, in
             const cw_f16 *vr = kv->v + p * row + (int64_t)kvh * hd;
             const float pw = scores[p];
             for (int i = 0; i < hd; i++)
-                oh[i] += pw * cw_f16_to_f32(vr[i]);
+                oh[i] += pw * kv_f32(vr[i]);
         }
         const float inv = (float)(1.0 / sum);
         for (int i = 0; i < hd; i++)
@@ -118,20 +136,46 @@ void cw_attn_gate(float *o, const float *gate, int64_t n)
         o[i] *= cw_sigmoid(gate[i]);
 }
 
-int cw_attn_forward(const struct cw_attn_dims *d, const struct cw_attn_weights *w,
-                    struct cw_kv_cache *kv, int64_t pos0, int64_t n_tok, const float *P,
-                    const float *k, const float *v, float *out, float *scratch,
-                    struct cw_err *err)
+/* Step 2 for the tokens ith, ith+nth, …: each thread has its own scratch
+ * (q, gate, scores, rope cache), so a token's arithmetic is the same
+ * whichever thread runs it. */
+struct attn_job {
+    const struct cw_attn_dims *d;
+    const struct cw_attn_weights *w;
+    const struct cw_kv_cache *kv;
+    int64_t pos0, n_tok, per_thread;
+    const float *P;
+    float *out, *scratch;
+};
+
+static void attn_queries(void *p, int ith, int nth)
+{
+    const struct attn_job *j = p;
+    const struct cw_attn_dims *d = j->d;
+    const int64_t qn = (int64_t)d->n_head * d->head_dim, kn = (int64_t)d->n_head_kv * d->head_dim;
+    float *q = j->scratch + ith * j->per_thread, *gate = q + qn, *scores = gate + qn + kn;
+    float *cs = scores + j->kv->n_ctx;
+    for (int64_t t = ith; t < j->n_tok; t += nth) {
+        cw_attn_split_q(d, j->w->q_norm, j->P + t * 2 * qn, q, gate);
+        rope_at(d, q, d->n_head, j->pos0 + t, cs);
+        cw_attn_core(d, j->kv, j->pos0 + t, q, j->out + t * qn, scores);
+        cw_attn_gate(j->out + t * qn, gate, qn);
+    }
+}
+
+int cw_attn_forward_pool(struct cw_pool *pool, const struct cw_attn_dims *d,
+                         const struct cw_attn_weights *w, struct cw_kv_cache *kv, int64_t pos0,
+                         int64_t n_tok, const float *P, const float *k, const float *v,
+                         float *out, float *scratch, struct cw_err *err)
 {
     if (cw_attn_check(d, err))
         return -1;
     if (pos0 < 0 || n_tok < 0 || pos0 + n_tok > kv->n_ctx)
         return cw_errf(err, CW_ERR_INVALID, "attn: positions %lld..%lld outside the cache (%lld rows)",
                        (long long)pos0, (long long)(pos0 + n_tok - 1), (long long)kv->n_ctx);
-    const int hd = d->head_dim, H = d->n_head, Hkv = d->n_head_kv;
-    const int64_t qn = (int64_t)H * hd, kn = (int64_t)Hkv * hd;
-    float *q = scratch, *gate = q + qn, *kt = gate + qn, *scores = kt + kn;
-    float *cs = scores + kv->n_ctx;
+    const int H = d->n_head, Hkv = d->n_head_kv;
+    const int64_t qn = (int64_t)H * d->head_dim, kn = (int64_t)Hkv * d->head_dim;
+    float *kt = scratch + 2 * qn, *cs = kt + kn + kv->n_ctx;
     // 1. all tokens' K and V into the cache; the causal bound in step 2 keeps
     //    row t from seeing rows written for later tokens of this call.
     for (int64_t t = 0; t < n_tok; t++) {
@@ -140,12 +184,20 @@ int cw_attn_forward(const struct cw_attn_dims *d, const struct cw_attn_weights *
         rope_at(d, kt, Hkv, pos0 + t, cs);
         cw_attn_store_kv(d, kv, pos0 + t, kt, v + t * kn);
     }
-    // 2. each query row over rows 0..its position
-    for (int64_t t = 0; t < n_tok; t++) {
-        cw_attn_split_q(d, w->q_norm, P + t * 2 * qn, q, gate);
-        rope_at(d, q, H, pos0 + t, cs);
-        cw_attn_core(d, kv, pos0 + t, q, out + t * qn, scores);
-        cw_attn_gate(out + t * qn, gate, qn);
-    }
+    // 2. each query row over rows 0..its position, the rows spread over the threads
+    struct attn_job j = {d, w, kv, pos0, n_tok, cw_attn_scratch_floats(d, kv->n_ctx), P, out,
+                         scratch};
+    if (!pool || n_tok == 1 || cw_pool_size(pool) == 1)
+        attn_queries(&j, 0, 1);
+    else
+        cw_pool_run(pool, attn_queries, &j);
     return 0;
+}
+
+int cw_attn_forward(const struct cw_attn_dims *d, const struct cw_attn_weights *w,
+                    struct cw_kv_cache *kv, int64_t pos0, int64_t n_tok, const float *P,
+                    const float *k, const float *v, float *out, float *scratch,
+                    struct cw_err *err)
+{
+    return cw_attn_forward_pool(NULL, d, w, kv, pos0, n_tok, P, k, v, out, scratch, err);
 }

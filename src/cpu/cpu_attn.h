@@ -64,6 +64,15 @@ int cw_attn_forward(const struct cw_attn_dims *d, const struct cw_attn_weights *
                     const float *k, const float *v, float *out, float *scratch,
                     struct cw_err *err);
 
+/* The same, the query rows spread over pool's threads (NULL: the calling
+ * thread); scratch: cw_pool_size(pool) × cw_attn_scratch_floats(d,
+ * kv->n_ctx) floats. Bit-identical to cw_attn_forward. */
+struct cw_pool;
+int cw_attn_forward_pool(struct cw_pool *pool, const struct cw_attn_dims *d,
+                         const struct cw_attn_weights *w, struct cw_kv_cache *kv, int64_t pos0,
+                         int64_t n_tok, const float *P, const float *k, const float *v,
+                         float *out, float *scratch, struct cw_err *err);
+
 /* ---- the steps, exposed for op-by-op checks (forward calls these) ---- */
 
 /* q [H*hd] OUT = RMSNorm of each q half of P_row (one token); gate [H*hd]

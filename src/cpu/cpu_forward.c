@@ -257,8 +257,9 @@ static int kv_reserve(struct cw_cpu_seq *s, const struct cw_cpu_model *m,
     }
     if (kv->n_ctx > s->attn_scratch_ctx) {
         struct cw_attn_dims ad = attn_dims(hp);
+        const size_t nth = m->pool ? (size_t)cw_pool_size(m->pool) : 1; /* one set per thread */
         float *p = realloc(s->attn_scratch,
-                           (size_t)cw_attn_scratch_floats(&ad, kv->n_ctx) * sizeof(float));
+                           nth * (size_t)cw_attn_scratch_floats(&ad, kv->n_ctx) * sizeof(float));
         if (!p)
             return cw_errf(err, CW_ERR_NOMEM, "cpu: out of memory for attention scratch");
         s->attn_scratch = p;
@@ -392,8 +393,8 @@ static int attention(const struct cw_cpu_model *m, struct cw_cpu_seq *s, struct 
     tap(m, "Qcur_full", il, w->P, n, 2 * QN);
     tap(m, "Kcur", il, w->k, n, KN);
     tap(m, "Vcur", il, w->v, n, KN);
-    if (cw_attn_forward(&ad, &aw, &c->kv, pos0, n, w->P, w->k, w->v, w->ao, s->attn_scratch,
-                        err))
+    if (cw_attn_forward_pool(m->pool, &ad, &aw, &c->kv, pos0, n, w->P, w->k, w->v, w->ao,
+                             s->attn_scratch, err))
         return -1;
     tap(m, "attn_gated", il, w->ao, n, QN); /* norms, RoPE, softmax(QK)V, gate */
     mm(m, w, &l->o, w->ao, n, w->sub_out);
