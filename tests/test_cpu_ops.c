@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/pool.h"
 #include "cpu/cpu_attn.h"
 #include "cpu/cpu_deltanet.h"
 #include "cpu/cpu_moe.h"
@@ -329,6 +330,21 @@ static void test_attn_shape(int H, int Hkv, int hd, int n_rot, int pos0, int n_t
     ok(rc == 0, "attn forward ran %s", err.msg);
     ok(memcmp(o1, o2, T * qn * 4) == 0 && memcmp(k1, k2, n_ctx * kn * 2) == 0 && memcmp(v1, v2, n_ctx * kn * 2) == 0,
        "attn H%d Hkv%d hd%d: prompt of %d at %d == single steps, bit-identical (out, K, V)", H, Hkv, hd, n_tok, pos0);
+    /* the query rows over a pool of 3 threads: the same bits */
+    {
+        struct cw_pool pool;
+        cw_f16 *k3 = calloc(n_ctx * kn, 2), *v3 = calloc(n_ctx * kn, 2);
+        struct cw_kv_cache kv3 = {k3, v3, n_ctx};
+        float *o3 = malloc(T * qn * 4), *scr3 = malloc(3 * cw_attn_scratch_floats(&d, n_ctx) * 4);
+        const int inited = cw_pool_init(&pool, 3, &err) == 0;
+        int prc = inited ? cw_attn_forward_pool(&pool, &d, &w, &kv3, 0, T, P, K, V, o3, scr3, &err)
+                         : -1;
+        ok(prc == 0 && memcmp(o1, o3, T * qn * 4) == 0 && memcmp(k1, k3, n_ctx * kn * 2) == 0,
+           "attn over 3 threads == one thread, bit-identical (%s)", err.msg);
+        if (inited)
+            cw_pool_free(&pool);
+        free(k3), free(v3), free(o3), free(scr3);
+    }
     /* reference: q/k norm, exact-angle NeoX rope on the first n_rot dims */
     double *qr = malloc(T * qn * 8), *kr = malloc(T * kn * 8), *gr = malloc(T * qn * 8), *ref = malloc(T * qn * 8);
     for (int t = 0; t < T; t++) {
