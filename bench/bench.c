@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_common.h"
 #include "backend.h"
 #include "base/pool.h"
 #include "cli/cli.h"
@@ -36,8 +37,6 @@
 #define CHUNK 2048
 /* the ordinary (non-special) tokens of the Qwen vocabulary: ids drawn below
  * this behave like text, whatever the padding of the file's vocabulary */
-#define N_ORDINARY_IDS 151643u
-#define TOKEN_SEED 12345u
 /* device copy buffers: large enough that the copy is bandwidth-bound */
 #define COPY_BYTES ((size_t)1 << 30)
 
@@ -104,25 +103,6 @@ static void usage(FILE *f)
             "  --json               one JSON object per test on stdout instead of the table\n"
             "  -h, --help\n");
 }
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* FNV-1a, 64 bits: a short, stable fingerprint of bytes */
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-#define FNV_INIT 0xcbf29ce484222325ull
 
 static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
@@ -221,7 +201,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 }
 
 /* ---- one run ------------------------------------------------------------
- * The prompt stream is fixed (an LCG from TOKEN_SEED), so every run, every
+ * The prompt stream is fixed (bench_tokens, bench_common.h), so every run, every
  * backend and the llama.cpp peer see the same ids. */
 
 /* Runs toks[0..n) from the sequence's position, in one call when n is at
@@ -257,10 +237,10 @@ static double run_once(struct bench *b, const struct test *t, bool last, uint64_
     int32_t am = 0;
     if (t->kind == T_PP) {
         struct cw_fwd_out o = {.argmax = &am, .logits = last ? b->logits : NULL};
-        double t0 = now_s();
+        double t0 = bench_now_s();
         if (prefill(b, b->toks, t->n, false, &o, err))
             return -1;
-        double dt = now_s() - t0;
+        double dt = bench_now_s() - t0;
         *ids_hash = fnv1a(FNV_INIT, &am, sizeof am);
         return (double)t->n / dt;
     }
@@ -268,7 +248,7 @@ static double run_once(struct bench *b, const struct test *t, bool last, uint64_
     if (t->depth && prefill(b, b->toks, t->depth, mtp, NULL, err))
         return -1;
     int32_t tok = b->toks[t->depth], draft;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (int64_t i = 0; i < t->n; i++) {
         /* only the argmax comes back, except the last step of the last run */
         struct cw_fwd_out o = {.argmax = &am, .logits = last && i + 1 == t->n ? b->logits : NULL,
@@ -282,7 +262,7 @@ static double run_once(struct bench *b, const struct test *t, bool last, uint64_
         }
         b->ids[i] = tok = am;
     }
-    double dt = now_s() - t0;
+    double dt = bench_now_s() - t0;
     *ids_hash = fnv1a(FNV_INIT, b->ids, (size_t)t->n * sizeof *b->ids);
     return (double)t->n / dt;
 }
@@ -556,12 +536,7 @@ int cw_cmd_bench(int argc, char **argv)
         cw_errf(&err, CW_ERR_NOMEM, "bench: out of memory");
         goto fail;
     }
-    const uint32_t n_ids = hp.n_vocab < N_ORDINARY_IDS ? hp.n_vocab : N_ORDINARY_IDS;
-    uint32_t seed = TOKEN_SEED;
-    for (int64_t i = 0; i < b.n_toks; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        b.toks[i] = (int32_t)((seed >> 8) % n_ids);
-    }
+    bench_tokens(b.toks, b.n_toks, hp.n_vocab);
 
     rc = 0;
     for (int i = 0; i < n_tests; i++) {

@@ -20,31 +20,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_common.h"
 #include "llama.h"
 
 #define MAX_LIST 16
-#define N_ORDINARY_IDS 151643u /* as bench.c */
-#define TOKEN_SEED 12345u
 #define N_BATCH 2048
 #define N_UBATCH 512
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-#define FNV_INIT 0xcbf29ce484222325ull
 
 static int parse_list(const char *s, int64_t *out, int *n)
 {
@@ -100,11 +81,11 @@ static double run_once(struct peer *p, bool is_tg, int64_t n, int64_t depth, uin
 {
     llama_memory_clear(llama_get_memory(p->ctx), true);
     if (!is_tg) {
-        double t0 = now_s();
+        double t0 = bench_now_s();
         if (decode_prompt(p, p->toks, n))
             return -1;
         llama_synchronize(p->ctx);
-        double dt = now_s() - t0;
+        double dt = bench_now_s() - t0;
         const float *l = llama_get_logits_ith(p->ctx, -1);
         int32_t am = argmax(l, p->n_vocab);
         *hash = fnv1a(FNV_INIT, &am, sizeof am);
@@ -115,14 +96,14 @@ static double run_once(struct peer *p, bool is_tg, int64_t n, int64_t depth, uin
         return -1;
     int32_t tok = p->toks[depth];
     const float *l = NULL;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (int64_t i = 0; i < n; i++) {
         if (llama_decode(p->ctx, llama_batch_get_one(&tok, 1)))
             return -1;
         l = llama_get_logits_ith(p->ctx, -1);
         p->ids[i] = tok = argmax(l, p->n_vocab);
     }
-    double dt = now_s() - t0;
+    double dt = bench_now_s() - t0;
     *hash = fnv1a(FNV_INIT, p->ids, (size_t)n * sizeof *p->ids);
     *logits_hash = fnv1a(FNV_INIT, l, (size_t)p->n_vocab * sizeof *l);
     return (double)n / dt;
@@ -261,12 +242,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "llama_peer: cannot create a context\n");
         return 1;
     }
-    const uint32_t n_ids = (uint32_t)p.n_vocab < N_ORDINARY_IDS ? (uint32_t)p.n_vocab : N_ORDINARY_IDS;
-    uint32_t seed = TOKEN_SEED;
-    for (int64_t i = 0; i < need + 1; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        p.toks[i] = (int32_t)((seed >> 8) % n_ids);
-    }
+    bench_tokens(p.toks, need + 1, (uint32_t)p.n_vocab);
     const char *slash = strrchr(path, '/');
     const char *model = slash ? slash + 1 : path;
     for (int i = 0; i < n_pp; i++)
