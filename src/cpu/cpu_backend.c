@@ -12,6 +12,8 @@ struct cpu_backend {
 
 struct cw_bseq {
     struct cw_cpu_seq s;
+    float *logits;        /* rows for an argmax asked without logits */
+    int64_t logits_rows;  /* grown to the most rows asked, so decode never allocates */
 };
 
 static struct cpu_backend *cpu_of(struct cw_backend *b)
@@ -43,6 +45,7 @@ static void cpu_seq_free(struct cw_backend *b, struct cw_bseq *s)
     if (!s)
         return;
     cw_cpu_seq_free(&s->s);
+    free(s->logits);
     free(s);
 }
 
@@ -76,18 +79,23 @@ static void fill_argmax(const struct cw_backend *b, const struct cw_fwd_out *o, 
         o->argmax[r] = argmax_row(o->logits + r * V, V);
 }
 
-/* The CPU computes logits on the host anyway; argmax without logits needs
- * a buffer for them. */
-static int with_logits(struct cw_backend *b, const struct cw_fwd_out *o, int64_t n,
-                       struct cw_fwd_out *tmp, struct cw_err *err)
+/* The CPU computes logits on the host anyway; argmax without logits puts
+ * them in the sequence's own buffer. */
+static int with_logits(struct cw_backend *b, struct cw_bseq *s, const struct cw_fwd_out *o,
+                       int64_t n, struct cw_fwd_out *tmp, struct cw_err *err)
 {
     *tmp = *o;
     if (o->logits || !o->argmax)
         return 0;
-    int64_t rows = o->all_logits ? n : 1;
-    tmp->logits = malloc((size_t)rows * b->w->hp.n_vocab * sizeof(float));
-    if (!tmp->logits)
-        return cw_errf(err, CW_ERR_NOMEM, "cpu: out of memory for logits");
+    const int64_t rows = o->all_logits ? n : 1;
+    if (rows > s->logits_rows) {
+        float *p = realloc(s->logits, (size_t)rows * b->w->hp.n_vocab * sizeof(float));
+        if (!p)
+            return cw_errf(err, CW_ERR_NOMEM, "cpu: out of memory for logits");
+        s->logits = p;
+        s->logits_rows = rows;
+    }
+    tmp->logits = s->logits;
     return 0;
 }
 
@@ -97,7 +105,7 @@ static int run_pass(struct cw_backend *b, struct cw_bseq *s, const int32_t *toke
                     struct cw_err *err)
 {
     struct cw_fwd_out o;
-    if (with_logits(b, out, n, &o, err))
+    if (with_logits(b, s, out, n, &o, err))
         return -1;
     struct cw_cpu_model *m = &cpu_of(b)->m;
     int rc = hidden_prev ? cw_cpu_forward_mtp(m, &s->s, tokens, hidden_prev, n, o.logits,
@@ -106,8 +114,6 @@ static int run_pass(struct cw_backend *b, struct cw_bseq *s, const int32_t *toke
                                           err);
     if (!rc && o.argmax && o.logits)
         fill_argmax(b, &o, n);
-    if (o.logits != out->logits)
-        free(o.logits);
     return rc;
 }
 
