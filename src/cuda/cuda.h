@@ -8,6 +8,7 @@
 #ifndef CW_CUDA_H
 #define CW_CUDA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,10 @@ struct cw_cuda; /* opaque in C; defined in cuda_common.cuh */
 int cw_cuda_open(struct cw_cuda **out, int dev, struct cw_err *err);
 void cw_cuda_close(struct cw_cuda *c);
 const struct cw_cuda_device_info *cw_cuda_info(const struct cw_cuda *c);
+/* Programmatic dependent launch (each kernel's start overlapping the previous
+ * kernel's end; cuda_common.cuh): on by default from sm_90; returns whether
+ * it is on after the call. Results do not depend on it. */
+bool cw_cuda_set_pdl(struct cw_cuda *c, bool on);
 
 /* Plain device memory (cudaMalloc), and copies ordered on c's stream. */
 int cw_cuda_alloc(struct cw_cuda *c, void **p, size_t bytes, struct cw_err *err);

@@ -19,7 +19,52 @@ struct cw_cuda {
     cudaStream_t stream;
     cublasHandle_t cublas;
     struct cw_cuda_device_info info;
+    bool pdl; /* launch kernels with programmatic dependent launch (sm_90+) */
 };
+
+/* Programmatic dependent launch (Hopper on): a kernel launched by cw_launch
+ * may be scheduled while the launch before it still runs, so that its start
+ * (launch, block setup, weight prefetch) overlaps the previous kernel's
+ * tail. The contract every such kernel keeps: cw_pdl_wait() before its
+ * first read of anything an earlier launch wrote and before its first write
+ * (it returns once the previous grid has completed and its memory is
+ * visible, so ordering stays transitive), then cw_pdl_launch_dependents(),
+ * so that at most the next kernel is waiting early. Reads of weights (never
+ * written on the device after upload) may come before the wait. Below sm_90
+ * both are no-ops and cw_launch launches plainly. */
+static __device__ __forceinline__ void cw_pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void cw_pdl_launch_dependents(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Launches kernel k on stream s, with the programmatic-serialisation
+ * attribute when pdl (the kernel then keeps the contract above); returns
+ * the launch's error. */
+template <typename... P, typename... A>
+static cudaError_t cw_launch(cudaStream_t s, bool pdl, void (*k)(P...), dim3 grid, dim3 block,
+                             size_t smem, A... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, k, ((P)args)...);
+}
 
 /* Turns a failed CUDA runtime call into a cw_err with file:line; returns -1. */
 #define CW_CUDA_TRY(err, call)                                                              \

@@ -64,6 +64,7 @@ int cw_cuda_open(struct cw_cuda **out, int dev, struct cw_err *err)
         cw_errf(err, CW_ERR_DEVICE, "cuda: device %d: cuBLAS did not start", dev);
         goto fail;
     }
+    c->pdl = c->info.major >= 9;
     *out = c;
     return 0;
 fail:
@@ -80,6 +81,12 @@ void cw_cuda_close(struct cw_cuda *c)
     if (c->stream)
         cudaStreamDestroy(c->stream);
     free(c);
+}
+
+bool cw_cuda_set_pdl(struct cw_cuda *c, bool on)
+{
+    c->pdl = on && c->info.major >= 9;
+    return c->pdl;
 }
 
 const struct cw_cuda_device_info *cw_cuda_info(const struct cw_cuda *c)

@@ -69,17 +69,18 @@ static __device__ __forceinline__ int64_t at_chunk_len(int64_t pos)
 
 static __global__ void __launch_bounds__(AT_THREADS) prep_kernel(at_args a)
 {
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     __shared__ float x[AT_MAX_HD];
     __shared__ double part[AT_THREADS / 32];
     const int64_t t = blockIdx.x;
     const int head = blockIdx.y;
     const int hd = a.hd, tid = threadIdx.x;
     const int64_t pos = *a.pos0 + t;
-    if (pos < 0 || pos >= a.n_ctx) {
-        if (tid == 0 && head == 0)
-            *a.flag = 1;
+    if (tid == 0 && head == 0 && t == 0) /* the call's flag, set here (no memset launch) */
+        *a.flag = *a.pos0 < 0 || *a.pos0 + a.n_tok > a.n_ctx;
+    if (pos < 0 || pos >= a.n_ctx)
         return;
-    }
     const bool is_q = head < a.H;
     const int kvh = head - a.H;
     const float *src = is_q ? a.P + t * 2 * a.H * hd + (int64_t)head * 2 * hd
@@ -346,6 +347,8 @@ static __device__ __forceinline__ void write_out(const at_args &a, int64_t t, in
 
 template <int G> static __global__ void __launch_bounds__(AT_THREADS) split_kernel(at_args a)
 {
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     __shared__ at_smem<G> sm;
     const int c = blockIdx.x, kvh = blockIdx.y;
     const int64_t t = blockIdx.z;
@@ -377,6 +380,8 @@ template <int G> static __global__ void __launch_bounds__(AT_THREADS) split_kern
 /* One block per (head, token): folds the chunks' partials in chunk order. */
 static __global__ void __launch_bounds__(AT_THREADS) combine_kernel(at_args a)
 {
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     const int h = blockIdx.x;
     const int64_t t = blockIdx.y;
     const int64_t pos = *a.pos0 + t;
@@ -398,6 +403,8 @@ static __global__ void __launch_bounds__(AT_THREADS) combine_kernel(at_args a)
 
 template <int G> static __global__ void __launch_bounds__(AT_THREADS) loop_kernel(at_args a)
 {
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     __shared__ at_smem<G> sm;
     const int64_t t = blockIdx.x;
     const int kvh = blockIdx.y;
@@ -447,13 +454,14 @@ size_t cw_k_attn_scratch(const struct cw_k_attn_dims *d, int64_t n_tok, int64_t 
 template <int G> static int launch(struct cw_cuda *c, const at_args &a, struct cw_err *err)
 {
     if (a.n_tok <= AT_SPLIT_MAX) {
-        split_kernel<G><<<dim3(AT_NC, a.Hkv, (unsigned)a.n_tok), AT_THREADS, 0, c->stream>>>(a);
-        CW_CUDA_LAUNCHED(err);
-        combine_kernel<<<dim3(a.H, (unsigned)a.n_tok), AT_THREADS, 0, c->stream>>>(a);
+        CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, split_kernel<G>,
+                                   dim3(AT_NC, a.Hkv, (unsigned)a.n_tok), dim3(AT_THREADS), 0, a));
+        CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, combine_kernel,
+                                   dim3(a.H, (unsigned)a.n_tok), dim3(AT_THREADS), 0, a));
     } else {
-        loop_kernel<G><<<dim3((unsigned)a.n_tok, a.Hkv), AT_THREADS, 0, c->stream>>>(a);
+        CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, loop_kernel<G>,
+                                   dim3((unsigned)a.n_tok, a.Hkv), dim3(AT_THREADS), 0, a));
     }
-    CW_CUDA_LAUNCHED(err);
     return 0;
 }
 
@@ -521,10 +529,11 @@ int cw_k_attn(struct cw_cuda *c, const struct cw_k_attn_dims *d, const float *d_
         return cw_errf(err, CW_ERR_UNSUPPORTED, "k_attn: GQA group %d (H %d / Hkv %d) not built",
                        a.H / a.Hkv, a.H, a.Hkv);
     }
-    CW_CUDA_TRY(err, cudaMemsetAsync(a.flag, 0, sizeof(int), c->stream));
-    if (n_tok == 0)
+    if (n_tok == 0) {
+        CW_CUDA_TRY(err, cudaMemsetAsync(a.flag, 0, sizeof(int), c->stream));
         return 0;
-    prep_kernel<<<dim3((unsigned)n_tok, a.H + a.Hkv), AT_THREADS, 0, c->stream>>>(a);
-    CW_CUDA_LAUNCHED(err);
+    }
+    CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, prep_kernel,
+                               dim3((unsigned)n_tok, a.H + a.Hkv), dim3(AT_THREADS), 0, a));
     return run(c, a, err);
 }

@@ -82,6 +82,8 @@ static __device__ __forceinline__ void dn_warp_sums(float (&v)[DN_CPW])
 
 static __global__ void __launch_bounds__(DN_WARPS * 32) recur_kernel(dn_args a)
 {
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     extern __shared__ float sm[];
     const int h = blockIdx.x, kh = h % a.hk; // tiled v -> k head mapping (GGUF order)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -217,6 +219,8 @@ static __global__ void __launch_bounds__(DN_WARPS * 32) recur_kernel(dn_args a)
  * Blocks after those: the conv-state shift of DN_NORM_THREADS channels each. */
 static __global__ void __launch_bounds__(DN_NORM_THREADS) norm_kernel(dn_args a)
 {
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     __shared__ float s_part[DN_NORM_THREADS / 32];
     const int64_t n_rows = a.n_tok * a.hv;
     if ((int64_t)blockIdx.x >= n_rows) {
@@ -289,14 +293,15 @@ int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
 
     const size_t smem = ((size_t)DN_CHUNK * (2 * a.dk + DN_COLS) + 2 * DN_CHUNK) * sizeof(float);
     const dim3 grid1((unsigned)a.hv, (unsigned)((a.dv + DN_COLS - 1) / DN_COLS));
-    recur_kernel<<<grid1, DN_WARPS * 32, smem, c->stream>>>(a);
-    CW_CUDA_LAUNCHED(err);
+    CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, recur_kernel, grid1, dim3(DN_WARPS * 32), smem,
+                               a));
     const int64_t n_rows = n_tok * a.hv;
     const int64_t n_conv_blocks = (a.C + DN_NORM_THREADS - 1) / DN_NORM_THREADS;
     if (n_rows + n_conv_blocks > 0x7fffffff)
         return cw_errf(err, CW_ERR_UNSUPPORTED, "k_deltanet: %lld tokens is too many for one launch",
                        (long long)n_tok);
-    norm_kernel<<<(unsigned)(n_rows + n_conv_blocks), DN_NORM_THREADS, 0, c->stream>>>(a);
-    CW_CUDA_LAUNCHED(err);
+    CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, norm_kernel,
+                               dim3((unsigned)(n_rows + n_conv_blocks)), dim3(DN_NORM_THREADS), 0,
+                               a));
     return 0;
 }

@@ -38,6 +38,8 @@ struct dq_args {
 template <class T>
 static __global__ void __launch_bounds__(DQ_THREADS) dequant_kernel(const dq_args a)
 {
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     int64_t nu = (int64_t)a.nb * T::UPB;
     int64_t idx = (int64_t)blockIdx.x * DQ_THREADS + threadIdx.x;
     if (idx >= a.n * nu)
@@ -65,12 +67,15 @@ static __global__ void __launch_bounds__(DQ_THREADS) dequant_kernel(const dq_arg
 namespace {
 struct dq_launch {
     cudaStream_t s;
+    bool pdl;
     dq_args a;
+    cudaError_t e;
     template <class T>
     int go()
     {
         int64_t total = a.n * a.nb * T::UPB;
-        dequant_kernel<T><<<(unsigned)((total + DQ_THREADS - 1) / DQ_THREADS), DQ_THREADS, 0, s>>>(a);
+        e = cw_launch(s, pdl, dequant_kernel<T>, dim3((unsigned)((total + DQ_THREADS - 1) / DQ_THREADS)),
+                      dim3(DQ_THREADS), 0, a);
         return 0;
     }
 };
@@ -81,10 +86,12 @@ static int dequant(struct cw_cuda *c, const struct cw_k_mat *W, int64_t e, int64
 {
     dq_launch f;
     f.s = c->stream;
+    f.pdl = c->pdl;
     f.a = dq_args{(const uint8_t *)W->d_w + (size_t)e * W->expert_bytes, W->row_bytes, W->n_out,
                   (int)(W->n_in / cw_k_block_elems(W->type)), r0, ids, n, d_y, cw_k_tables()};
+    f.e = cudaSuccess;
     cw_k_dispatch(W->type, f);
-    CW_CUDA_LAUNCHED(err);
+    CW_CUDA_TRY(err, f.e);
     return 0;
 }
 

@@ -278,12 +278,18 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a
     const int n_in = a.nb * T::QK;
     const float *xs[NT];
     const int64_t n_grp = (a.n_out + WARPS * RR - 1) / (WARPS * RR);
-    if (SX) {
+    {
+        /* the first group's weights are asked for before the wait: they
+         * arrive while the previous kernel finishes (cuda_common.cuh) */
         int64_t row0 = ((int64_t)blockIdx.x * WARPS + warp) * RR;
         if (row0 < a.n_out)
 #pragma unroll
             for (int r = 0; r < RR; r++)
                 row_prefetch<T, true>(a.w + (size_t)min(row0 + r, a.n_out - 1) * a.rb, a.nb, lane);
+    }
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    if (SX) {
         x_stage<T>(a.x, a.ldx, a.nt, n_in, xsm);
         __syncthreads();
 #pragma unroll
@@ -341,6 +347,8 @@ struct moe_args {
 template <class T, bool SX>
 static __global__ void __launch_bounds__(MW * 32) moe_gate_up_kernel(const moe_args a)
 {
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     extern __shared__ __align__(16) uint8_t smem[];
     float *xsm = (float *)(smem + wstage_bytes<T, 2, MW>());
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -385,6 +393,8 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_kernel(const moe_a
 template <class T>
 static __global__ void __launch_bounds__(WARPS * 32) moe_down_kernel(const moe_args a)
 {
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     extern __shared__ __align__(16) uint8_t smem[];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int64_t row0 = ((int64_t)blockIdx.x * WARPS + warp) * 2, t = blockIdx.y;
@@ -436,6 +446,8 @@ struct down16 {
 template <class T>
 static __global__ void __launch_bounds__(WARPS * 32) moe_down16_kernel(const moe_args a)
 {
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     typedef down16<T> D;
     extern __shared__ __align__(16) uint8_t smem[];
     const int K = a.K;
@@ -618,7 +630,7 @@ constexpr bool use_sx()
  * as fit on the chip at once (min with -grid.x). */
 template <class A>
 cudaError_t launch_k(void (*k)(const A), dim3 grid, int persist, unsigned threads, size_t smem,
-                     cudaStream_t s, const A &a, int n_sm)
+                     cudaStream_t s, bool pdl, const A &a, int n_sm)
 {
     cudaError_t e;
     if (smem > (48 << 10) &&
@@ -633,12 +645,12 @@ cudaError_t launch_k(void (*k)(const A), dim3 grid, int persist, unsigned thread
         unsigned cap = (unsigned)(n_sm * (occ > 0 ? occ : 1));
         grid.x = grid.x < cap ? grid.x : cap;
     }
-    k<<<grid, threads, smem, s>>>(a);
-    return cudaGetLastError();
+    return cw_launch(s, pdl, k, grid, dim3(threads), smem, a);
 }
 
 struct gemv_launch {
     cudaStream_t s;
+    bool pdl;
     mv_args a;
     int64_t n_tok;
     const float *x0, *sl0;
@@ -650,7 +662,7 @@ struct gemv_launch {
     {
         size_t smem = wstage_bytes<T, RR, WARPS>() + (SX ? xl * a.nt : 0);
         unsigned grp = (unsigned)((a.n_out + WARPS * RR - 1) / (WARPS * RR));
-        e = launch_k(gemv_kernel<T, RR, NT, SX>, dim3(grp), SX, WARPS * 32, smem, s, a, n_sm);
+        e = launch_k(gemv_kernel<T, RR, NT, SX>, dim3(grp), SX, WARPS * 32, smem, s, pdl, a, n_sm);
     }
     template <class T>
     int go()
@@ -700,6 +712,7 @@ struct gemv_launch {
 };
 struct moe_launch {
     cudaStream_t s;
+    bool pdl;
     moe_args a;
     bool down;
     int64_t n_tok;
@@ -713,18 +726,18 @@ struct moe_launch {
         if (down && n_in == 512 && a.K <= DK_MAX) {
             dim3 grid((unsigned)((a.n_out + WARPS * 2 - 1) / (WARPS * 2)), (unsigned)n_tok);
             size_t smem = (T::DIRECT ? 0 : WARPS * 2 * DK_MAX * down16<T>::TILE) + xl * a.K;
-            e = launch_k(moe_down16_kernel<T>, grid, 0, WARPS * 32, smem, s, a, n_sm);
+            e = launch_k(moe_down16_kernel<T>, grid, 0, WARPS * 32, smem, s, pdl, a, n_sm);
         } else if (down) {
             dim3 grid((unsigned)((a.n_out + WARPS * 2 - 1) / (WARPS * 2)), (unsigned)n_tok);
             e = launch_k(moe_down_kernel<T>, grid, 0, WARPS * 32, wstage_bytes<T, 2, WARPS>(), s,
-                         a, n_sm);
+                         pdl, a, n_sm);
         } else {
             dim3 grid((unsigned)((a.n_out + MW - 1) / MW), (unsigned)(n_tok * a.K));
             size_t ws = wstage_bytes<T, 2, MW>();
             if (use_sx<T>() && xl <= XS_MAX)
-                e = launch_k(moe_gate_up_kernel<T, true>, grid, 0, MW * 32, ws + xl, s, a, n_sm);
+                e = launch_k(moe_gate_up_kernel<T, true>, grid, 0, MW * 32, ws + xl, s, pdl, a, n_sm);
             else
-                e = launch_k(moe_gate_up_kernel<T, false>, grid, 0, MW * 32, ws, s, a, n_sm);
+                e = launch_k(moe_gate_up_kernel<T, false>, grid, 0, MW * 32, ws, s, pdl, a, n_sm);
         }
         return 0;
     }
@@ -750,6 +763,7 @@ extern "C" int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const fl
         return cw_k_gemm(c, W, d_x, ldx, n_tok, d_y, ldy, add, d_scale_logit, d_scratch, err);
     gemv_launch f;
     f.s = c->stream;
+    f.pdl = c->pdl;
     f.a.w = (const uint8_t *)W->d_w;
     f.a.rb = W->row_bytes;
     f.a.n_out = W->n_out;
@@ -810,6 +824,7 @@ extern "C" int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G,
                        (long long)(n_tok * K));
     moe_launch f;
     f.s = c->stream;
+    f.pdl = c->pdl;
     f.a = moe_args{(const uint8_t *)G->d_w, (const uint8_t *)U->d_w, G->row_bytes,
                    G->expert_bytes, G->n_out, (int)(G->n_in / cw_k_block_elems(G->type)), d_x,
                    d_ids, NULL, K, d_act, cw_k_tables()};
@@ -833,6 +848,7 @@ extern "C" int cw_k_moe_down(struct cw_cuda *c, const struct cw_k_mat *D, const 
         return -1;
     moe_launch f;
     f.s = c->stream;
+    f.pdl = c->pdl;
     f.a = moe_args{(const uint8_t *)D->d_w, NULL, D->row_bytes, D->expert_bytes, D->n_out,
                    (int)(D->n_in / cw_k_block_elems(D->type)), d_act, d_ids, d_wts, K, d_h,
                    cw_k_tables()};

@@ -37,6 +37,8 @@ static __device__ __forceinline__ bool ranks_before(float pa, int a, float pb, i
 
 static __global__ void route_kernel(const float *logits, int X, int K, int32_t *ids, float *wts)
 {
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     extern __shared__ float p[]; /* [X] probabilities, then int taken[X] */
     int *taken = (int *)(p + X);
     __shared__ float shf[32];
@@ -147,8 +149,7 @@ int cw_k_moe_route(struct cw_cuda *c, const float *d_logits, int X, int K, int64
     if (shmem > 48 * 1024)
         return cw_errf(err, CW_ERR_UNSUPPORTED, "cuda: moe_route: %d experts exceed the "
                        "shared memory of one block", X);
-    route_kernel<<<(unsigned)n_tok, ROUTE_THREADS, shmem, c->stream>>>(d_logits, X, K, d_ids,
-                                                                        d_wts);
-    CW_CUDA_LAUNCHED(err);
+    CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, route_kernel, dim3((unsigned)n_tok),
+                               dim3(ROUTE_THREADS), shmem, d_logits, X, K, d_ids, d_wts));
     return 0;
 }

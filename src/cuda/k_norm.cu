@@ -43,6 +43,8 @@ static __device__ double block_sum_double(double v, double *sh /* [32] */)
 static __global__ void add_rmsnorm_kernel(float *h, const float *add, const float *w, float *y,
                                           int64_t ldy, int64_t n, float eps)
 {
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     __shared__ double sh[32];
     const int64_t row = blockIdx.x;
     float *hr = h + row * n;
@@ -77,9 +79,8 @@ int cw_k_add_rmsnorm(struct cw_cuda *c, float *d_h, const float *d_add, const fl
         return cw_errf(err, CW_ERR_INVALID,
                        "cuda: add_rmsnorm: bad shape (%lld rows of %lld, ldy %lld)",
                        (long long)n_rows, (long long)n, (long long)ldy);
-    add_rmsnorm_kernel<<<(unsigned)n_rows, NORM_THREADS, 0, c->stream>>>(d_h, d_add, d_w, d_y,
-                                                                           ldy, n, eps);
-    CW_CUDA_LAUNCHED(err);
+    CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, add_rmsnorm_kernel, dim3((unsigned)n_rows),
+                               dim3(NORM_THREADS), 0, d_h, d_add, d_w, d_y, ldy, n, eps));
     return 0;
 }
 
@@ -89,6 +90,8 @@ int cw_k_add_rmsnorm(struct cw_cuda *c, float *d_h, const float *d_add, const fl
 
 static __global__ void swiglu_kernel(float *y, const float *g, const float *u, int64_t n)
 {
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         const float x = g[i];
@@ -106,7 +109,7 @@ int cw_k_swiglu(struct cw_cuda *c, float *d_y, const float *d_g, const float *d_
     const int64_t cap = (int64_t)c->info.n_sm * 8; // grid-stride beyond a few waves
     if (blocks > cap)
         blocks = cap > 0 ? cap : 1;
-    swiglu_kernel<<<(unsigned)blocks, threads, 0, c->stream>>>(d_y, d_g, d_u, n);
-    CW_CUDA_LAUNCHED(err);
+    CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, swiglu_kernel, dim3((unsigned)blocks),
+                               dim3(threads), 0, d_y, d_g, d_u, n));
     return 0;
 }

@@ -29,6 +29,8 @@ static __device__ __forceinline__ void take(float v, int64_t i, float *bv, int64
 
 static __global__ void argmax_kernel(const float *logits, int64_t V, int32_t *out)
 {
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     __shared__ float sv[32];
     __shared__ int64_t si[32];
     const float *x = logits + (int64_t)blockIdx.x * V;
@@ -81,7 +83,7 @@ int cw_k_argmax(struct cw_cuda *c, const float *d_logits, int64_t V, int64_t n_t
     if (V <= 0 || V > INT32_MAX || n_tok <= 0 || n_tok > INT32_MAX || !d_logits || !d_out)
         return cw_errf(err, CW_ERR_INVALID, "cuda: argmax: bad shape (%lld rows of %lld)",
                        (long long)n_tok, (long long)V);
-    argmax_kernel<<<(unsigned)n_tok, ARGMAX_THREADS, 0, c->stream>>>(d_logits, V, d_out);
-    CW_CUDA_LAUNCHED(err);
+    CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, argmax_kernel, dim3((unsigned)n_tok),
+                               dim3(ARGMAX_THREADS), 0, d_logits, V, d_out));
     return 0;
 }
