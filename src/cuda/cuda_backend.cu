@@ -376,7 +376,7 @@ static void layout(struct cw_cuda_model *M, struct cw_bseq *s, struct bump *b)
     s->rlog = (float *)take(b, T * X * 4);
     s->wts = (float *)take(b, T * K * 4);
     s->ids = (int32_t *)take(b, T * K * 4);
-    s->act = (float *)take(b, T * K * F * 4);
+    s->act = (float *)take(b, T * (K + 1) * F * 4); /* decode: + the shared expert's slot */
     s->sg = (float *)take(b, T * S * 4);
     s->su = (float *)take(b, T * S * 4);
     s->sgate = (float *)take(b, T * 4);

@@ -37,6 +37,23 @@ static int mm_x(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_wt *
     return mm(M, s, t, s->x, (int64_t)M->dw.hp.n_embd, n, y, t->ne[1], false, NULL, err);
 }
 
+/* y_i [n][t_i->ne[1]] = t_i·x [n][E] for the n_w matrices that read s->x:
+ * in decode, one launch per weight type (cw_k_matmul_multi). */
+static int mm_xs(struct cw_cuda_model *M, struct cw_bseq *s, int n_w,
+                 const struct cw_wt *const *t, float *const *y, int64_t n, struct cw_err *err)
+{
+    struct cw_k_mat W[CW_K_MULTI_MAX];
+    const struct cw_k_mat *Wp[CW_K_MULTI_MAX];
+    int64_t ldy[CW_K_MULTI_MAX];
+    for (int i = 0; i < n_w; i++) {
+        W[i] = cw_cuda_mat(t[i]);
+        Wp[i] = &W[i];
+        ldy[i] = t[i]->ne[1];
+    }
+    return cw_k_matmul_multi(M->c, n_w, Wp, s->x, (int64_t)M->dw.hp.n_embd, n, y, ldy,
+                             s->scratch, err);
+}
+
 static struct cw_k_deltanet_dims dn_dims(const struct cw_qwen35_hparams *hp)
 {
     struct cw_k_deltanet_dims d = {(int)hp->ssm_n_k_heads, (int)hp->ssm_n_v_heads,
@@ -53,8 +70,9 @@ static int deltanet(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_
     const struct cw_k_deltanet_w w = {(const float *)l->conv1d.data, (const float *)l->dt.data,
                                       (const float *)l->a.data, (const float *)l->norm.data};
     const int64_t E = M->dw.hp.n_embd;
-    if (mm_x(M, s, &l->qkv, s->m, n, err) || mm_x(M, s, &l->gate, s->z, n, err) ||
-        mm_x(M, s, &l->beta, s->beta, n, err) || mm_x(M, s, &l->alpha, s->alpha, n, err))
+    const struct cw_wt *in[4] = {&l->qkv, &l->gate, &l->beta, &l->alpha};
+    float *out[4] = {s->m, s->z, s->beta, s->alpha};
+    if (mm_xs(M, s, 4, in, out, n, err))
         return -1;
     if (cw_k_deltanet(M->c, &d, &w, st->conv, st->delta, n, s->m, s->z, s->beta, s->alpha, s->y,
                       err))
@@ -69,8 +87,9 @@ static int attention(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw
 {
     const struct cw_k_attn_dims d = cw_cuda_attn_dims(&M->dw.hp);
     const int64_t E = M->dw.hp.n_embd;
-    if (mm_x(M, s, &l->q, s->P, n, err) || mm_x(M, s, &l->k, s->k, n, err) ||
-        mm_x(M, s, &l->v, s->v, n, err))
+    const struct cw_wt *in[3] = {&l->q, &l->k, &l->v};
+    float *out[3] = {s->P, s->k, s->v};
+    if (mm_xs(M, s, 3, in, out, n, err))
         return -1;
     if (cw_k_attn(M->c, &d, (const float *)l->q_norm.data, (const float *)l->k_norm.data, st->k,
                   st->v, M->base.n_ctx_max, s->pos, n, s->P, s->k, s->v, s->ao, s->scratch, err))
@@ -107,10 +126,22 @@ static int moe(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen3
     const int X = (int)hp->n_expert, K = (int)hp->n_expert_used;
     const struct cw_k_mat G = cw_cuda_mat(&l->gate_exps), U = cw_cuda_mat(&l->up_exps);
     const struct cw_k_mat D = cw_cuda_mat(&l->down_exps);
-    if (mm_x(M, s, &l->gate_inp, s->rlog, n, err) ||
-        mm_x(M, s, &l->gate_inp_shexp, s->sgate, n, err) ||
-        cw_k_moe_route(M->c, s->rlog, X, K, n, s->ids, s->wts, err) ||
-        cw_k_moe_gate_up(M->c, &G, &U, s->x, s->ids, K, n, s->act, s->scratch, err) ||
+    const struct cw_k_mat SG = cw_cuda_mat(&l->gate_shexp), SU = cw_cuda_mat(&l->up_shexp);
+    const struct cw_k_mat SD = cw_cuda_mat(&l->down_shexp);
+    const struct cw_wt *in[2] = {&l->gate_inp, &l->gate_inp_shexp};
+    float *out[2] = {s->rlog, s->sgate};
+    if (mm_xs(M, s, 2, in, out, n, err) ||
+        cw_k_moe_route(M->c, s->rlog, X, K, n, s->ids, s->wts, err))
+        return -1;
+    /* decode: the shared expert as slot K of the routed launches (two
+     * launches instead of four; act is sized for K+1 slots) */
+    if (cw_k_moe_shared_fusable(&G, &D, &SG, &SU, &SD, K, n))
+        return cw_k_moe_gate_up_sh(M->c, &G, &U, &SG, &SU, s->x, s->ids, K, n, s->act, err) ||
+                       cw_k_moe_down_sh(M->c, &D, &SD, s->act, s->ids, s->wts, s->sgate, K, n,
+                                        s->h, err)
+                   ? -1
+                   : 0;
+    if (cw_k_moe_gate_up(M->c, &G, &U, s->x, s->ids, K, n, s->act, s->scratch, err) ||
         cw_k_moe_down(M->c, &D, s->act, s->ids, s->wts, K, n, s->h, s->scratch, err))
         return -1;
     if (gate_up_swiglu(M, s, &l->gate_shexp, &l->up_shexp, s->sg, s->su, n, err))

@@ -69,7 +69,6 @@ extern "C" {
 /* Up to this many tokens the GEMV path runs (in groups of 8 tokens; above,
  * the TF32 GEMM of k_gemm.cu): the weights are re-read per group of 8, which
  * still costs less than dequantising the matrix for the tensor cores. */
-#define CW_K_GEMV_MAX_TOK 32
 #define NT_MAX 8
 /* x staged in shared memory up to this many bytes per block (above: x read
  * through L1, the same arithmetic, so the same bits). */
@@ -249,20 +248,46 @@ static __host__ __device__ constexpr int wstage_bytes()
     return T::DIRECT ? 16 : NW * RR * stage_of<T>::TILE;
 }
 
-struct mv_args {
+/* One launch may cover up to MV_SEGS matrices of one type and width that
+ * share x (cw_k_matmul_multi): their rows are numbered one after another,
+ * segment i holding rows [seg[i-1].end, seg[i].end) of the launch. */
+#define MV_SEGS 4
+struct mv_seg {
     const uint8_t *w;
     size_t rb;
-    int64_t n_out;
-    int nb; /* blocks per row */
+    int64_t end; /* one past the segment's last row, in launch rows */
+    float *y;    /* this token group's output of the segment */
+    int64_t ldy;
+};
+
+struct mv_args {
+    mv_seg seg[MV_SEGS];
+    int nseg;
+    int64_t n_out; /* rows of all segments */
+    int nb;        /* blocks per row */
     const float *x;
     int64_t ldx;
     int nt; /* valid tokens of this group, <= NT */
-    float *y;
-    int64_t ldy;
     int add;
     const float *scale_logit; /* this group's, or NULL */
     cw_k_tabs tabs;
 };
+
+/* Segment of launch row `row` (< a.n_out), and the row's bytes. */
+static __device__ __forceinline__ int mv_seg_of(const mv_args &a, int64_t row)
+{
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < MV_SEGS - 1; i++)
+        s += i < a.nseg - 1 && row >= a.seg[i].end;
+    return s;
+}
+
+static __device__ __forceinline__ const uint8_t *mv_row(const mv_args &a, int64_t row)
+{
+    const int s = mv_seg_of(a, row);
+    return a.seg[s].w + (size_t)(row - (s ? a.seg[s - 1].end : 0)) * a.seg[s].rb;
+}
 
 /* Dense rows: each warp RR rows × NT tokens; rows past n_out repeat the last
  * row and tokens past nt repeat token 0 (computed, never written), so the
@@ -285,7 +310,7 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a
         if (row0 < a.n_out)
 #pragma unroll
             for (int r = 0; r < RR; r++)
-                row_prefetch<T, true>(a.w + (size_t)min(row0 + r, a.n_out - 1) * a.rb, a.nb, lane);
+                row_prefetch<T, true>(mv_row(a, min(row0 + r, a.n_out - 1)), a.nb, lane);
     }
     cw_pdl_wait();
     cw_pdl_launch_dependents();
@@ -309,7 +334,7 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a
         const uint8_t *rows[RR];
 #pragma unroll
         for (int r = 0; r < RR; r++)
-            rows[r] = a.w + (size_t)min(row0 + r, a.n_out - 1) * a.rb;
+            rows[r] = mv_row(a, min(row0 + r, a.n_out - 1));
         float acc[RR][NT];
         mv_dot<T, RR, NT, SX>(rows, xs, a.nb, a.tabs, stg, lane, acc);
         /* lane r*NT + t writes (row r, token t) */
@@ -321,7 +346,9 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a
                     float v = acc[r][t];
                     if (a.scale_logit)
                         v = __fmul_rn(v, 1.0f / (1.0f + expf(-a.scale_logit[t])));
-                    float *yp = a.y + t * a.ldy + row0 + r;
+                    const int sg = mv_seg_of(a, row0 + r);
+                    float *yp = a.seg[sg].y + t * a.seg[sg].ldy + row0 + r -
+                                (sg ? a.seg[sg - 1].end : 0);
                     *yp = a.add ? __fadd_rn(*yp, v) : v;
                 }
     }
@@ -336,9 +363,24 @@ struct moe_args {
     const int32_t *ids;
     const float *wts;
     int K;
-    float *y; /* gate_up: act [n_tok*K][n_out]; down: h [n_tok][n_out] */
+    float *y; /* gate_up: act [n_tok*S][n_out]; down: h [n_tok][n_out] */
     cw_k_tabs tabs;
+    /* S slots per token: the K routed experts, and with S = K+1 the shared
+     * expert in slot K (gate_up: its gate and up rows sg, su; down: its
+     * rows in sg, scaled by σ(slogit[t]) and added after the routed sum) */
+    int S;
+    const uint8_t *sg, *su;
+    size_t srb;
+    const float *slogit;
 };
+
+/* Slot k's expert bytes for token t: routed e = ids[t*K+k] (an invalid id
+ * reads expert 0: callers discard it), or the shared expert. */
+static __device__ __forceinline__ const uint8_t *moe_base(const moe_args &a, const uint8_t *m,
+                                                          const uint8_t *shm, int64_t t, int k)
+{
+    return k == a.K ? shm : m + (size_t)max(a.ids[t * a.K + k], 0) * a.eb;
+}
 
 /* One warp per (pair, row r): expert e's gate row and up row as the warp's
  * two rows, then act = silu(g)·u, silu as the CPU's (x / (1 + e^-x)). An
@@ -354,12 +396,16 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_kernel(const moe_a
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int64_t r = (int64_t)blockIdx.x * MW + warp, pair = blockIdx.y;
     const int n_in = a.nb * T::QK;
-    const float *xt = a.x + (pair / a.K) * (int64_t)n_in;
-    int e = a.ids[pair];
+    const int64_t t = pair / a.S;
+    const int k = (int)(pair - t * a.S);
+    const float *xt = a.x + t * (int64_t)n_in;
+    const int e = k == a.K ? 0 : a.ids[t * a.K + k];
+    const size_t rb = k == a.K ? a.srb : a.rb;
+    const uint8_t *gb = moe_base(a, a.g, a.sg, t, k), *ub = moe_base(a, a.u, a.su, t, k);
     if (SX) {
         if (e >= 0 && r < a.n_out) {
-            row_prefetch<T, true>(a.g + (size_t)e * a.eb + (size_t)r * a.rb, a.nb, lane);
-            row_prefetch<T, true>(a.u + (size_t)e * a.eb + (size_t)r * a.rb, a.nb, lane);
+            row_prefetch<T, true>(gb + (size_t)r * rb, a.nb, lane);
+            row_prefetch<T, true>(ub + (size_t)r * rb, a.nb, lane);
         }
         if (e >= 0)
             x_stage<T>(xt, n_in, 1, n_in, xsm);
@@ -374,8 +420,7 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_kernel(const moe_a
             *yp = 0.0f;
         return;
     }
-    const uint8_t *rows[2] = {a.g + (size_t)e * a.eb + (size_t)r * a.rb,
-                              a.u + (size_t)e * a.eb + (size_t)r * a.rb};
+    const uint8_t *rows[2] = {gb + (size_t)r * rb, ub + (size_t)r * rb};
     const float *xs[1] = {xt};
     float acc[2][1];
     mv_dot<T, 2, 1, SX>(rows, xs, a.nb, a.tabs,
@@ -402,18 +447,26 @@ static __global__ void __launch_bounds__(WARPS * 32) moe_down_kernel(const moe_a
         return;
     int64_t n_in = (int64_t)a.nb * T::QK;
     float s[2] = {0.0f, 0.0f};
-    for (int k = 0; k < a.K; k++) {
-        int e = a.ids[t * a.K + k];
-        if (e < 0)
+    for (int k = 0; k < a.S; k++) {
+        if (k < a.K && a.ids[t * a.K + k] < 0)
             continue;
+        const uint8_t *b = moe_base(a, a.g, a.sg, t, k);
+        const size_t rb = k == a.K ? a.srb : a.rb;
         const uint8_t *rows[2];
 #pragma unroll
         for (int r = 0; r < 2; r++)
-            rows[r] = a.g + (size_t)e * a.eb + (size_t)min(row0 + r, a.n_out - 1) * a.rb;
-        const float *xs[1] = {a.x + (t * a.K + k) * n_in};
+            rows[r] = b + (size_t)min(row0 + r, a.n_out - 1) * rb;
+        const float *xs[1] = {a.x + (t * a.S + k) * n_in};
         float acc[2][1];
         mv_dot<T, 2, 1, false>(rows, xs, a.nb, a.tabs,
                                smem + warp * (T::DIRECT ? 0 : 2 * stage_of<T>::TILE), lane, acc);
+        if (k == a.K) { /* the shared expert: routed sum + σ(gate)·shared, as the CPU */
+            const float g = 1.0f / (1.0f + expf(-a.slogit[t]));
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                s[r] = __fadd_rn(s[r], __fmul_rn(acc[r][0], g));
+            break;
+        }
         float wk = a.wts[t * a.K + k];
 #pragma unroll
         for (int r = 0; r < 2; r++)
@@ -436,72 +489,72 @@ static __global__ void __launch_bounds__(WARPS * 32) moe_down_kernel(const moe_a
  * expert: each lane's 32-term fma chain, a butterfly over its 16 lanes, then
  * s = fma(wts[k], dot_k, s) over k = 0..K-1 in order (as the generic
  * kernel). grid (row blocks, n_tok). */
-#define DK_MAX 8
+#define DK_MAX 10 /* the routed experts and the shared one */
 template <class T>
 struct down16 {
     /* one (expert, row) slice: 2 blocks of 256 (or 16 of 32, 8 of 64) */
     enum { SLICE = 16 / T::UPB * T::BB, TILE = (SLICE + 15 + 15) / 16 * 16, G = (TILE / 16 + 31) / 32 };
 };
 
-template <class T>
+template <class T, int DKM>
 static __global__ void __launch_bounds__(WARPS * 32) moe_down16_kernel(const moe_args a)
 {
     cw_pdl_wait();
     cw_pdl_launch_dependents();
     typedef down16<T> D;
     extern __shared__ __align__(16) uint8_t smem[];
-    const int K = a.K;
+    const int K = a.K, S = a.S;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int64_t row0 = ((int64_t)blockIdx.x * WARPS + warp) * 2, t = blockIdx.y;
-    uint8_t *stg = smem + warp * (T::DIRECT ? 0 : 2 * DK_MAX * D::TILE);
-    float *xsm = (float *)(smem + (T::DIRECT ? 0 : WARPS * 2 * DK_MAX * D::TILE));
+    uint8_t *stg = smem + warp * (T::DIRECT ? 0 : 2 * DKM * D::TILE);
+    float *xsm = (float *)(smem + (T::DIRECT ? 0 : WARPS * 2 * DKM * D::TILE));
     const int xl = (int)xs_len<T>(512);
     const bool live = row0 < a.n_out;
-    /* slice (expert k, row r); an invalid id reads expert 0, discarded */
+    /* slice (slot k, row r); an invalid id reads expert 0, discarded */
     auto slice = [&](int k, int r) {
-        int e = max(a.ids[t * K + k], 0);
-        return a.g + (size_t)e * a.eb + (size_t)min(row0 + r, a.n_out - 1) * a.rb;
+        return moe_base(a, a.g, a.sg, t, k) +
+               (size_t)min(row0 + r, a.n_out - 1) * (k == K ? a.srb : a.rb);
     };
     /* the weights' loads go out first, then the activations are staged */
     if (T::DIRECT && live)
 #pragma unroll
-        for (int i = 0; i < 2 * DK_MAX; i++)
-            if ((i >> 1) < K)
+        for (int i = 0; i < 2 * DKM; i++)
+            if ((i >> 1) < S)
                 row_prefetch<T, true>(slice(i >> 1, i & 1), 16 / T::UPB, lane);
-    uint4 v[2 * DK_MAX][D::G];
-    int ng[2 * DK_MAX];
+    uint4 v[2 * DKM][D::G];
+    int ng[2 * DKM];
     if (!T::DIRECT && live) {
         /* every slice's granules in flight at once */
 #pragma unroll
-        for (int i = 0; i < 2 * DK_MAX; i++) {
-            uintptr_t s0 = (uintptr_t)slice(min(i >> 1, K - 1), i & 1), a0 = s0 & ~(uintptr_t)15;
+        for (int i = 0; i < 2 * DKM; i++) {
+            uintptr_t s0 = (uintptr_t)slice(min(i >> 1, S - 1), i & 1), a0 = s0 & ~(uintptr_t)15;
             ng[i] = (int)((s0 + D::SLICE - a0 + 15) / 16);
 #pragma unroll
             for (int q = 0; q < D::G; q++)
-                if ((i >> 1) < K && lane + 32 * q < ng[i])
+                if ((i >> 1) < S && lane + 32 * q < ng[i])
                     v[i][q] = __ldg((const uint4 *)a0 + lane + 32 * q);
         }
     }
-    x_stage<T>(a.x + t * K * (int64_t)512, 512, K, 512, xsm);
+    x_stage<T>(a.x + t * S * (int64_t)512, 512, S, 512, xsm);
     if (!T::DIRECT && live) {
         /* then into this warp's stage */
 #pragma unroll
-        for (int i = 0; i < 2 * DK_MAX; i++)
+        for (int i = 0; i < 2 * DKM; i++)
 #pragma unroll
             for (int q = 0; q < D::G; q++)
-                if ((i >> 1) < K && lane + 32 * q < ng[i])
+                if ((i >> 1) < S && lane + 32 * q < ng[i])
                     ((uint4 *)(stg + i * D::TILE))[lane + 32 * q] = v[i][q];
     }
     __syncthreads();
     if (!live)
         return;
     const int h = lane >> 4, u = lane & 15, blk = u / T::UPB, p = u % T::UPB;
-    float dot[DK_MAX / 2][2];
+    float dot[DKM / 2][2];
     /* no branches between the rounds: all their loads can go out at once
-     * (K < DK_MAX: the surplus rounds repeat expert K-1, discarded) */
+     * (S < DKM: the surplus rounds repeat slot S-1, discarded) */
 #pragma unroll
-    for (int j = 0; j < DK_MAX / 2; j++) {
-        int k = min(2 * j + h, K - 1);
+    for (int j = 0; j < DKM / 2; j++) {
+        int k = min(2 * j + h, S - 1);
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const uint8_t *sp = slice(k, r);
@@ -528,7 +581,7 @@ static __global__ void __launch_bounds__(WARPS * 32) moe_down16_kernel(const moe
     }
     float s[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int j = 0; j < DK_MAX / 2; j++)
+    for (int j = 0; j < DKM / 2; j++)
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
             int kk = 2 * j + hh;
@@ -538,6 +591,10 @@ static __global__ void __launch_bounds__(WARPS * 32) moe_down16_kernel(const moe
                 float wk = a.wts[t * K + kk];
                 s[0] = __fmaf_rn(wk, d0, s[0]);
                 s[1] = __fmaf_rn(wk, d1, s[1]);
+            } else if (kk == K && kk < S) { /* the shared expert, last */
+                const float g = 1.0f / (1.0f + expf(-a.slogit[t]));
+                s[0] = __fadd_rn(s[0], __fmul_rn(d0, g));
+                s[1] = __fadd_rn(s[1], __fmul_rn(d1, g));
             }
         }
 #pragma unroll
@@ -654,7 +711,7 @@ struct gemv_launch {
     mv_args a;
     int64_t n_tok;
     const float *x0, *sl0;
-    float *y0;
+    float *y0[MV_SEGS];
     int n_sm;
     cudaError_t e;
     template <class T, int RR, int NT, bool SX>
@@ -680,7 +737,8 @@ struct gemv_launch {
         for (int64_t t0 = 0; t0 < n_tok && e == cudaSuccess; t0 += ntg) {
             a.nt = (int)(n_tok - t0 < ntg ? n_tok - t0 : ntg);
             a.x = x0 + t0 * a.ldx;
-            a.y = y0 + t0 * a.ldy;
+            for (int i = 0; i < a.nseg; i++)
+                a.seg[i].y = y0[i] + t0 * a.seg[i].ldy;
             a.scale_logit = sl0 ? sl0 + t0 : NULL;
             /* staged x: always for use_sx formats, else from 3 tokens on
              * (q4_K 8192x2048 at 8 tokens: 41.6 us through L1, 25-28 staged) */
@@ -723,16 +781,19 @@ struct moe_launch {
     {
         const int64_t n_in = (int64_t)a.nb * T::QK;
         const size_t xl = (size_t)xs_len<T>(n_in) * sizeof(float);
-        if (down && n_in == 512 && a.K <= DK_MAX) {
+        if (down && n_in == 512 && a.S <= DK_MAX) {
             dim3 grid((unsigned)((a.n_out + WARPS * 2 - 1) / (WARPS * 2)), (unsigned)n_tok);
-            size_t smem = (T::DIRECT ? 0 : WARPS * 2 * DK_MAX * down16<T>::TILE) + xl * a.K;
-            e = launch_k(moe_down16_kernel<T>, grid, 0, WARPS * 32, smem, s, pdl, a, n_sm);
+            /* 8 slots (top-8) or 10 (top-8 + shared; top-9, 10) */
+            const int dkm = a.S <= 8 ? 8 : DK_MAX;
+            size_t smem = (T::DIRECT ? 0 : WARPS * 2 * dkm * down16<T>::TILE) + xl * a.S;
+            e = launch_k(dkm == 8 ? moe_down16_kernel<T, 8> : moe_down16_kernel<T, DK_MAX>, grid,
+                         0, WARPS * 32, smem, s, pdl, a, n_sm);
         } else if (down) {
             dim3 grid((unsigned)((a.n_out + WARPS * 2 - 1) / (WARPS * 2)), (unsigned)n_tok);
             e = launch_k(moe_down_kernel<T>, grid, 0, WARPS * 32, wstage_bytes<T, 2, WARPS>(), s,
                          pdl, a, n_sm);
         } else {
-            dim3 grid((unsigned)((a.n_out + MW - 1) / MW), (unsigned)(n_tok * a.K));
+            dim3 grid((unsigned)((a.n_out + MW - 1) / MW), (unsigned)(n_tok * a.S));
             size_t ws = wstage_bytes<T, 2, MW>();
             if (use_sx<T>() && xl <= XS_MAX)
                 e = launch_k(moe_gate_up_kernel<T, true>, grid, 0, MW * 32, ws + xl, s, pdl, a, n_sm);
@@ -749,6 +810,37 @@ extern "C" size_t cw_k_matmul_scratch(const struct cw_k_mat *W, int64_t n_tok)
     return n_tok > CW_K_GEMV_MAX_TOK ? cw_k_gemm_scratch(W, n_tok) : 0;
 }
 
+/* The GEMV launches (n_tok <= CW_K_GEMV_MAX_TOK) of n checked matrices of
+ * one type and width that share x. */
+static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const float *d_x,
+                int64_t ldx, int64_t n_tok, float *const *d_y, const int64_t *ldy, bool add,
+                const float *d_scale_logit, struct cw_err *err)
+{
+    gemv_launch f;
+    f.s = c->stream;
+    f.pdl = c->pdl;
+    f.a.nseg = n;
+    int64_t rows = 0;
+    for (int i = 0; i < MV_SEGS; i++) {
+        const struct cw_k_mat *M = W[i < n ? i : n - 1];
+        rows += i < n ? M->n_out : 0;
+        f.a.seg[i] = mv_seg{(const uint8_t *)M->d_w, M->row_bytes, rows, NULL, ldy[i < n ? i : n - 1]};
+        f.y0[i] = d_y[i < n ? i : n - 1];
+    }
+    f.a.n_out = rows;
+    f.a.nb = (int)(W[0]->n_in / cw_k_block_elems(W[0]->type));
+    f.a.ldx = ldx;
+    f.a.add = add;
+    f.a.tabs = cw_k_tables();
+    f.n_tok = n_tok;
+    f.x0 = d_x, f.sl0 = d_scale_logit;
+    f.n_sm = c->info.n_sm > 0 ? c->info.n_sm : 1;
+    f.e = cudaSuccess;
+    cw_k_dispatch(W[0]->type, f);
+    CW_CUDA_TRY(err, f.e);
+    return 0;
+}
+
 extern "C" int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const float *d_x,
                            int64_t ldx, int64_t n_tok, float *d_y, int64_t ldy, bool add,
                            const float *d_scale_logit, void *d_scratch, struct cw_err *err)
@@ -761,23 +853,52 @@ extern "C" int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const fl
                        (long long)W->n_out);
     if (n_tok > CW_K_GEMV_MAX_TOK)
         return cw_k_gemm(c, W, d_x, ldx, n_tok, d_y, ldy, add, d_scale_logit, d_scratch, err);
-    gemv_launch f;
-    f.s = c->stream;
-    f.pdl = c->pdl;
-    f.a.w = (const uint8_t *)W->d_w;
-    f.a.rb = W->row_bytes;
-    f.a.n_out = W->n_out;
-    f.a.nb = (int)(W->n_in / cw_k_block_elems(W->type));
-    f.a.ldx = ldx;
-    f.a.ldy = ldy;
-    f.a.add = add;
-    f.a.tabs = cw_k_tables();
-    f.n_tok = n_tok;
-    f.x0 = d_x, f.y0 = d_y, f.sl0 = d_scale_logit;
-    f.n_sm = c->info.n_sm > 0 ? c->info.n_sm : 1;
-    f.e = cudaSuccess;
-    cw_k_dispatch(W->type, f);
-    CW_CUDA_TRY(err, f.e);
+    const struct cw_k_mat *Ws[1] = {W};
+    float *ys[1] = {d_y};
+    const int64_t ldys[1] = {ldy};
+    return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, add, d_scale_logit, err);
+}
+
+extern "C" int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
+                                 const float *d_x, int64_t ldx, int64_t n_tok, float *const *d_y,
+                                 const int64_t *ldy, void *d_scratch, struct cw_err *err)
+{
+    if (n < 1 || n > CW_K_MULTI_MAX)
+        return cw_errf(err, CW_ERR_INVALID, "cuda matmul_multi: %d matrices (1..%d)", n,
+                       CW_K_MULTI_MAX);
+    if (n_tok > CW_K_GEMV_MAX_TOK) {
+        for (int i = 0; i < n; i++)
+            if (cw_k_matmul(c, W[i], d_x, ldx, n_tok, d_y[i], ldy[i], false, NULL, d_scratch, err))
+                return -1;
+        return 0;
+    }
+    if (check_x(d_x, ldx, "matmul_multi", err))
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (cw_k_check_mat(W[i], "matmul_multi", err))
+            return -1;
+        else if (ldx < W[i]->n_in || ldy[i] < W[i]->n_out || W[i]->n_out > (int64_t)1 << 36)
+            return cw_errf(err, CW_ERR_INVALID, "cuda matmul_multi: matrix %d: ldx %lld, ldy %lld "
+                           "for %lld x %lld", i, (long long)ldx, (long long)ldy[i],
+                           (long long)W[i]->n_out, (long long)W[i]->n_in);
+    /* one launch per (type, width), in the order of each group's first matrix */
+    bool done[CW_K_MULTI_MAX] = {false};
+    for (int i = 0; i < n; i++) {
+        if (done[i])
+            continue;
+        const struct cw_k_mat *gw[MV_SEGS];
+        float *gy[MV_SEGS];
+        int64_t gl[MV_SEGS];
+        int m = 0;
+        for (int j = i; j < n && m < MV_SEGS; j++)
+            if (!done[j] && W[j]->type == W[i]->type && W[j]->n_in == W[i]->n_in) {
+                done[j] = true;
+                gw[m] = W[j], gy[m] = d_y[j], gl[m] = ldy[j];
+                m++;
+            }
+        if (gemv(c, m, gw, d_x, ldx, n_tok, gy, gl, false, NULL, err))
+            return -1;
+    }
     return 0;
 }
 
@@ -803,14 +924,13 @@ static int check_moe(const struct cw_k_mat *M, int K, int64_t n_tok, const char 
     return 0;
 }
 
-extern "C" int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G,
-                                const struct cw_k_mat *U, const float *d_x,
-                                const int32_t *d_ids, int K, int64_t n_tok, float *d_act,
-                                void *d_scratch, struct cw_err *err)
+/* The decode MoE launches: S = K routed slots, or K+1 with the shared
+ * expert (SG, SU / SD non-NULL, checked by cw_k_moe_shared_fusable). */
+static int moe_gate_up_run(struct cw_cuda *c, const struct cw_k_mat *G, const struct cw_k_mat *U,
+                           const struct cw_k_mat *SG, const struct cw_k_mat *SU, const float *d_x,
+                           const int32_t *d_ids, int K, int64_t n_tok, float *d_act,
+                           struct cw_err *err)
 {
-    if (n_tok > CW_K_GEMV_MAX_TOK)
-        return cw_k_moe_gemm_gate_up(c, G, U, d_x, d_ids, K, n_tok, d_act, d_scratch, err);
-    (void)d_scratch;
     if (check_moe(G, K, n_tok, "moe_gate_up", err) || check_moe(U, K, n_tok, "moe_gate_up", err) ||
         check_x(d_x, G->n_in, "moe_gate_up", err))
         return -1;
@@ -819,15 +939,18 @@ extern "C" int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G,
         return cw_errf(err, CW_ERR_INVALID, "cuda moe_gate_up: gate (%s %lldx%lld) and up (%s %lldx%lld) differ",
                        cw_qtype_name(G->type), (long long)G->n_out, (long long)G->n_in,
                        cw_qtype_name(U->type), (long long)U->n_out, (long long)U->n_in);
-    if (n_tok * K > 65535)
+    const int S = SG ? K + 1 : K;
+    if (n_tok * S > 65535)
         return cw_errf(err, CW_ERR_INVALID, "cuda moe_gate_up: %lld pairs (at most 65535)",
-                       (long long)(n_tok * K));
+                       (long long)(n_tok * S));
     moe_launch f;
     f.s = c->stream;
     f.pdl = c->pdl;
     f.a = moe_args{(const uint8_t *)G->d_w, (const uint8_t *)U->d_w, G->row_bytes,
                    G->expert_bytes, G->n_out, (int)(G->n_in / cw_k_block_elems(G->type)), d_x,
-                   d_ids, NULL, K, d_act, cw_k_tables()};
+                   d_ids, NULL, K, d_act, cw_k_tables(), S,
+                   SG ? (const uint8_t *)SG->d_w : NULL, SU ? (const uint8_t *)SU->d_w : NULL,
+                   SG ? SG->row_bytes : 0, NULL};
     f.down = false;
     f.n_tok = n_tok;
     f.n_sm = c->info.n_sm;
@@ -837,13 +960,11 @@ extern "C" int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G,
     return 0;
 }
 
-extern "C" int cw_k_moe_down(struct cw_cuda *c, const struct cw_k_mat *D, const float *d_act,
-                             const int32_t *d_ids, const float *d_wts, int K, int64_t n_tok,
-                             float *d_h, void *d_scratch, struct cw_err *err)
+static int moe_down_run(struct cw_cuda *c, const struct cw_k_mat *D, const struct cw_k_mat *SD,
+                        const float *d_act, const int32_t *d_ids, const float *d_wts,
+                        const float *d_slogit, int K, int64_t n_tok, float *d_h,
+                        struct cw_err *err)
 {
-    if (n_tok > CW_K_GEMV_MAX_TOK)
-        return cw_k_moe_gemm_down(c, D, d_act, d_ids, d_wts, K, n_tok, d_h, d_scratch, err);
-    (void)d_scratch;
     if (check_moe(D, K, n_tok, "moe_down", err) || check_x(d_act, D->n_in, "moe_down", err))
         return -1;
     moe_launch f;
@@ -851,7 +972,8 @@ extern "C" int cw_k_moe_down(struct cw_cuda *c, const struct cw_k_mat *D, const 
     f.pdl = c->pdl;
     f.a = moe_args{(const uint8_t *)D->d_w, NULL, D->row_bytes, D->expert_bytes, D->n_out,
                    (int)(D->n_in / cw_k_block_elems(D->type)), d_act, d_ids, d_wts, K, d_h,
-                   cw_k_tables()};
+                   cw_k_tables(), SD ? K + 1 : K, SD ? (const uint8_t *)SD->d_w : NULL, NULL,
+                   SD ? SD->row_bytes : 0, d_slogit};
     f.down = true;
     f.n_tok = n_tok;
     f.n_sm = c->info.n_sm;
@@ -859,4 +981,69 @@ extern "C" int cw_k_moe_down(struct cw_cuda *c, const struct cw_k_mat *D, const 
     cw_k_dispatch(D->type, f);
     CW_CUDA_TRY(err, f.e);
     return 0;
+}
+
+extern "C" int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G,
+                                const struct cw_k_mat *U, const float *d_x,
+                                const int32_t *d_ids, int K, int64_t n_tok, float *d_act,
+                                void *d_scratch, struct cw_err *err)
+{
+    if (n_tok > CW_K_GEMV_MAX_TOK)
+        return cw_k_moe_gemm_gate_up(c, G, U, d_x, d_ids, K, n_tok, d_act, d_scratch, err);
+    return moe_gate_up_run(c, G, U, NULL, NULL, d_x, d_ids, K, n_tok, d_act, err);
+}
+
+extern "C" int cw_k_moe_down(struct cw_cuda *c, const struct cw_k_mat *D, const float *d_act,
+                             const int32_t *d_ids, const float *d_wts, int K, int64_t n_tok,
+                             float *d_h, void *d_scratch, struct cw_err *err)
+{
+    if (n_tok > CW_K_GEMV_MAX_TOK)
+        return cw_k_moe_gemm_down(c, D, d_act, d_ids, d_wts, K, n_tok, d_h, d_scratch, err);
+    return moe_down_run(c, D, NULL, d_act, d_ids, d_wts, NULL, K, n_tok, d_h, err);
+}
+
+extern "C" bool cw_k_moe_shared_fusable(const struct cw_k_mat *G, const struct cw_k_mat *D,
+                                        const struct cw_k_mat *SG, const struct cw_k_mat *SU,
+                                        const struct cw_k_mat *SD, int K, int64_t n_tok)
+{
+    return n_tok <= CW_K_GEMV_MAX_TOK && K + 1 <= DK_MAX && SG->type == G->type &&
+           SU->type == G->type && SG->n_in == G->n_in && SU->n_in == G->n_in &&
+           SG->n_out == G->n_out && SU->n_out == G->n_out && SG->row_bytes == SU->row_bytes &&
+           SD->type == D->type && SD->n_in == D->n_in && SD->n_out == D->n_out;
+}
+
+static int shared_unfit(const char *what, const struct cw_k_mat *R, const struct cw_k_mat *Sh,
+                        int K, int64_t n_tok, struct cw_err *err)
+{
+    return cw_errf(err, CW_ERR_INVALID, "cuda %s: the shared expert (%s %lldx%lld) does not fit "
+                   "the routed experts' launch (%s %lldx%lld, K %d, %lld tokens)", what,
+                   cw_qtype_name(Sh->type), (long long)Sh->n_out, (long long)Sh->n_in,
+                   cw_qtype_name(R->type), (long long)R->n_out, (long long)R->n_in, K,
+                   (long long)n_tok);
+}
+
+extern "C" int cw_k_moe_gate_up_sh(struct cw_cuda *c, const struct cw_k_mat *G,
+                                   const struct cw_k_mat *U, const struct cw_k_mat *SG,
+                                   const struct cw_k_mat *SU, const float *d_x,
+                                   const int32_t *d_ids, int K, int64_t n_tok, float *d_act,
+                                   struct cw_err *err)
+{
+    if (!cw_k_moe_shared_fusable(G, G, SG, SU, G, K, n_tok))
+        return shared_unfit("moe_gate_up_sh", G, SG, K, n_tok, err);
+    if (cw_k_check_mat(SG, "moe_gate_up_sh", err) || cw_k_check_mat(SU, "moe_gate_up_sh", err))
+        return -1;
+    return moe_gate_up_run(c, G, U, SG, SU, d_x, d_ids, K, n_tok, d_act, err);
+}
+
+extern "C" int cw_k_moe_down_sh(struct cw_cuda *c, const struct cw_k_mat *D,
+                                const struct cw_k_mat *SD, const float *d_act,
+                                const int32_t *d_ids, const float *d_wts,
+                                const float *d_slogit, int K, int64_t n_tok, float *d_h,
+                                struct cw_err *err)
+{
+    if (!cw_k_moe_shared_fusable(D, D, D, D, SD, K, n_tok) || !d_slogit)
+        return shared_unfit("moe_down_sh", D, SD, K, n_tok, err);
+    if (cw_k_check_mat(SD, "moe_down_sh", err))
+        return -1;
+    return moe_down_run(c, D, SD, d_act, d_ids, d_wts, d_slogit, K, n_tok, d_h, err);
 }

@@ -59,6 +59,15 @@ int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const float *d_x, i
                 int64_t n_tok, float *d_y, int64_t ldy, bool add, const float *d_scale_logit,
                 void *d_scratch, struct cw_err *err);
 
+/* n (1..CW_K_MULTI_MAX) products of one x: y_i[t][r] = Σ_j W_i[r][j]·x[t][j],
+ * y_i [n_tok][ldy[i]]. In the GEMV regime (decode, drafts) the matrices of
+ * one type and width share a launch (up to 4 per launch); above it, one
+ * cw_k_matmul each. Each result has the bits cw_k_matmul would give it. */
+#define CW_K_MULTI_MAX 8
+int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
+                      const float *d_x, int64_t ldx, int64_t n_tok, float *const *d_y,
+                      const int64_t *ldy, void *d_scratch, struct cw_err *err);
+
 /* Bytes of d_scratch cw_k_matmul needs for n_tok tokens of W (0 if none);
  * the caller allocates the max over its matrices once. */
 size_t cw_k_matmul_scratch(const struct cw_k_mat *W, int64_t n_tok);
@@ -77,6 +86,25 @@ int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G, const struct c
 int cw_k_moe_down(struct cw_cuda *c, const struct cw_k_mat *D, const float *d_act,
                   const int32_t *d_ids, const float *d_wts, int K, int64_t n_tok, float *d_h,
                   void *d_scratch, struct cw_err *err);
+
+/* Decode form with the shared expert as one more slot of the same launches
+ * (n_tok <= CW_K_GEMV_MAX_TOK; cw_k_moe_shared_fusable says when the shapes
+ * and types allow it):
+ *   gate_up_sh: act [n_tok*(K+1)][n_ff]: slot k < K as cw_k_moe_gate_up,
+ *               slot K = silu(SG·x)·(SU·x);
+ *   down_sh:    h[t][r] += (Σ_k wts·D_e[r]·act[t*(K+1)+k]) + σ(d_slogit[t])·(SD[r]·act[t*(K+1)+K]),
+ *               the routed sum in order k = 0..K-1, then the shared term (the CPU's order). */
+#define CW_K_GEMV_MAX_TOK 32 /* the GEMV regime: n_tok up to this */
+bool cw_k_moe_shared_fusable(const struct cw_k_mat *G, const struct cw_k_mat *D,
+                             const struct cw_k_mat *SG, const struct cw_k_mat *SU,
+                             const struct cw_k_mat *SD, int K, int64_t n_tok);
+int cw_k_moe_gate_up_sh(struct cw_cuda *c, const struct cw_k_mat *G, const struct cw_k_mat *U,
+                        const struct cw_k_mat *SG, const struct cw_k_mat *SU, const float *d_x,
+                        const int32_t *d_ids, int K, int64_t n_tok, float *d_act,
+                        struct cw_err *err);
+int cw_k_moe_down_sh(struct cw_cuda *c, const struct cw_k_mat *D, const struct cw_k_mat *SD,
+                     const float *d_act, const int32_t *d_ids, const float *d_wts,
+                     const float *d_slogit, int K, int64_t n_tok, float *d_h, struct cw_err *err);
 
 /* Bytes of d_scratch the two MoE launchers need for n_tok tokens over X
  * experts (e.g. tokens grouped by expert for prefill); 0 if none. */

@@ -199,6 +199,70 @@ static void check_invariance(const struct hmat *m, const void *d_w)
     free(x), free(solo), free(y);
 }
 
+/* cw_k_matmul_multi: matrices of mixed types and odd row counts (grouped
+ * into one launch per type) give each output the bits of its own
+ * cw_k_matmul, and write nothing outside y_i's n_out columns of each row. */
+static void check_multi(void)
+{
+    enum { N = 5, IN = 2048 };
+    static const enum cw_qtype ty[N] = {CW_TYPE_Q6_K, CW_TYPE_Q4_K, CW_TYPE_Q4_K, CW_TYPE_F32,
+                                        CW_TYPE_Q4_K};
+    static const int64_t rows[N] = {96, 64, 3, 5, 33};
+    struct hmat m[N];
+    struct cw_k_mat W[N];
+    const struct cw_k_mat *Wp[N];
+    float *dy[N];
+    int64_t ldy[N];
+    for (int i = 0; i < N; i++) {
+        hmat_make(&m[i], ty[i], IN, rows[i]);
+        void *d = dalloc(m[i].rb * rows[i]);
+        up(d, m[i].q, m[i].rb * rows[i]);
+        W[i] = (struct cw_k_mat){ty[i], d, m[i].rb, 0, IN, rows[i]};
+        Wp[i] = &W[i];
+        ldy[i] = rows[i] + 3; /* a gap after each row's outputs, which must stay NaN */
+    }
+    static const int ntoks[] = {1, 2, 3, 8, 32};
+    float *x = malloc(sizeof(float) * IN * 32), *a = malloc(sizeof(float) * 99 * 32),
+          *b = malloc(sizeof(float) * 99 * 32), *nan = malloc(sizeof(float) * 99 * 32);
+    fill_nan(nan, 99 * 32);
+    float *dx = dalloc(sizeof(float) * IN * 32);
+    for (int i = 0; i < N; i++)
+        dy[i] = dalloc(sizeof(float) * 99 * 32);
+    float *dref = dalloc(sizeof(float) * 99 * 32);
+    int same = 1, gaps = 1;
+    for (int k = 0; k < 5; k++) {
+        const int nt = ntoks[k];
+        fill_x(x, IN * nt);
+        up(dx, x, sizeof(float) * IN * nt);
+        for (int i = 0; i < N; i++)
+            up(dy[i], nan, sizeof(float) * 99 * 32);
+        CK(cw_k_matmul_multi(C, N, Wp, dx, IN, nt, dy, ldy, NULL, &E));
+        for (int i = 0; i < N; i++) {
+            up(dref, nan, sizeof(float) * 99 * 32);
+            CK(cw_k_matmul(C, &W[i], dx, IN, nt, dref, ldy[i], false, NULL, NULL, &E));
+            down(a, dy[i], sizeof(float) * ldy[i] * nt);
+            down(b, dref, sizeof(float) * ldy[i] * nt);
+            for (int t = 0; t < nt; t++) {
+                same &= !memcmp(a + t * ldy[i], b + t * ldy[i], sizeof(float) * rows[i]);
+                for (int64_t r = rows[i]; r < ldy[i]; r++)
+                    gaps &= isnan(a[t * ldy[i] + r]);
+            }
+        }
+    }
+    ok(same, "matmul_multi (q6_K, 3 q4_K, f32; 1..32 tokens): every output bit-equal to its own matmul");
+    ok(gaps, "matmul_multi writes nothing past each matrix's rows");
+    const struct cw_k_mat *nine[9] = {&W[0], &W[0], &W[0], &W[0], &W[0], &W[0], &W[0], &W[0], &W[0]};
+    ok(cw_k_matmul_multi(C, 9, nine, dx, IN, 1, dy, ldy, NULL, &E) == -1 &&
+           cw_k_matmul_multi(C, 0, nine, dx, IN, 1, dy, ldy, NULL, &E) == -1,
+       "matmul_multi refuses 0 or more than CW_K_MULTI_MAX matrices: %s", E.msg);
+    for (int i = 0; i < N; i++) {
+        cw_cuda_free(C, (void *)W[i].d_w), cw_cuda_free(C, dy[i]);
+        hmat_free(&m[i]);
+    }
+    cw_cuda_free(C, dx), cw_cuda_free(C, dref);
+    free(x), free(a), free(b), free(nan);
+}
+
 static void test_type(enum cw_qtype type)
 {
     const struct cw_qtype_traits *tr = cw_qtype_traits(type);
@@ -381,6 +445,112 @@ static void check_moe(enum cw_qtype tg, enum cw_qtype td, int64_t n_tok, int64_t
     free(ids), free(wts), free(x), free(h0), free(h), free(act);
 }
 
+/* The decode launches with the shared expert as slot K (cw_k_moe_*_sh):
+ * the routed slots' act are the bits of cw_k_moe_gate_up, the shared slot's
+ * the bits of the same launch over the shared expert alone (K = 1, id 0);
+ * h against a double reference of h0 + Σ_k w_k D_e act_k + σ(l) SD act_K on
+ * the GPU's act, within the down bound plus K + 2 roundings. */
+static void check_moe_shared(enum cw_qtype tg, enum cw_qtype td, int64_t n_tok, int K)
+{
+    const int X = 256, S1 = K + 1;
+    const int64_t E_ = 2048, F = 512;
+    int used[12];
+    for (int i = 0; i < 12; i++)
+        used[i] = (41 * i + 3) % X;
+    const int zero = 0;
+    struct hexp G, U, D, SG, SU, SD;
+    hexp_make(&G, tg, X, E_, F, used, 12);
+    hexp_make(&U, tg, X, E_, F, used, 12);
+    hexp_make(&D, td, X, F, E_, used, 12);
+    hexp_make(&SG, tg, 1, E_, F, &zero, 1);
+    hexp_make(&SU, tg, 1, E_, F, &zero, 1);
+    hexp_make(&SD, td, 1, F, E_, &zero, 1);
+    int32_t *ids = malloc(sizeof(int32_t) * n_tok * K);
+    float *wts = malloc(sizeof(float) * n_tok * K), *x = malloc(sizeof(float) * n_tok * E_);
+    float *sl = malloc(sizeof(float) * n_tok);
+    for (int64_t p = 0; p < n_tok * K; p++) {
+        ids[p] = used[(int)(unif() * 12)];
+        wts[p] = (float)unif();
+    }
+    for (int64_t t = 0; t < n_tok; t++)
+        sl[t] = 2.0f * gauss();
+    fill_x(x, n_tok * E_);
+    float *h0 = malloc(sizeof(float) * n_tok * E_), *h = malloc(sizeof(float) * n_tok * E_);
+    fill_x(h0, n_tok * E_);
+    float *act = malloc(sizeof(float) * n_tok * S1 * F), *ref = malloc(sizeof(float) * n_tok * K * F);
+    float *refs = malloc(sizeof(float) * F);
+    int32_t *d_ids = dalloc(sizeof(int32_t) * n_tok * K), *d_zero = dalloc(sizeof(int32_t));
+    float *d_wts = dalloc(sizeof(float) * n_tok * K), *d_x = dalloc(sizeof(float) * n_tok * E_);
+    float *d_sl = dalloc(sizeof(float) * n_tok), *d_h = dalloc(sizeof(float) * n_tok * E_);
+    float *d_act = dalloc(sizeof(float) * n_tok * S1 * F), *d_ref = dalloc(sizeof(float) * n_tok * K * F);
+    up(d_ids, ids, sizeof(int32_t) * n_tok * K);
+    up(d_zero, &zero, sizeof zero);
+    up(d_wts, wts, sizeof(float) * n_tok * K);
+    up(d_x, x, sizeof(float) * n_tok * E_);
+    up(d_sl, sl, sizeof(float) * n_tok);
+    up(d_h, h0, sizeof(float) * n_tok * E_);
+    struct cw_k_mat mg = {tg, G.d, cw_qtype_row_bytes(tg, E_), G.eb, E_, F};
+    struct cw_k_mat mu = {tg, U.d, cw_qtype_row_bytes(tg, E_), U.eb, E_, F};
+    struct cw_k_mat md = {td, D.d, cw_qtype_row_bytes(td, F), D.eb, F, E_};
+    struct cw_k_mat sg = {tg, SG.d, cw_qtype_row_bytes(tg, E_), 0, E_, F};
+    struct cw_k_mat su = {tg, SU.d, cw_qtype_row_bytes(tg, E_), 0, E_, F};
+    struct cw_k_mat sd = {td, SD.d, cw_qtype_row_bytes(td, F), 0, F, E_};
+    ok(cw_k_moe_shared_fusable(&mg, &md, &sg, &su, &sd, K, n_tok), "shared expert fusable (%s/%s K=%d)",
+       cw_qtype_name(tg), cw_qtype_name(td), K);
+    CK(cw_k_moe_gate_up_sh(C, &mg, &mu, &sg, &su, d_x, d_ids, K, n_tok, d_act, &E));
+    down(act, d_act, sizeof(float) * n_tok * S1 * F);
+    CK(cw_k_moe_gate_up(C, &mg, &mu, d_x, d_ids, K, n_tok, d_ref, NULL, &E));
+    down(ref, d_ref, sizeof(float) * n_tok * K * F);
+    int same = 1;
+    for (int64_t t = 0; t < n_tok; t++) {
+        same &= !memcmp(act + t * S1 * F, ref + t * K * F, sizeof(float) * K * F);
+        CK(cw_k_moe_gate_up(C, &sg, &su, d_x + t * E_, d_zero, 1, 1, d_ref, NULL, &E));
+        down(refs, d_ref, sizeof(float) * F);
+        same &= !memcmp(act + (t * S1 + K) * F, refs, sizeof(float) * F);
+    }
+    ok(same, "moe_gate_up_sh %s K=%d n_tok %lld: routed slots and the shared slot bit-equal to "
+       "their own launches", cw_qtype_name(tg), K, (long long)n_tok);
+    CK(cw_k_moe_down_sh(C, &md, &sd, d_act, d_ids, d_wts, d_sl, K, n_tok, d_h, &E));
+    down(h, d_h, sizeof(float) * n_tok * E_);
+    const double reld = (32.0 + 5) * ldexp(1, -24);
+    int bad = 0;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < E_; r++) {
+            double s = 0, sa = 0;
+            for (int k = 0; k < S1; k++) {
+                const float *dw = k < K ? hexp_w(&D, ids[t * K + k]) + r * F : SD.m[0].w + r * F;
+                const float *a = act + (t * S1 + k) * F;
+                const double wk = k < K ? wts[t * K + k] : 1.0 / (1.0 + exp(-(double)sl[t]));
+                double d = 0, da = 0;
+                for (int64_t i = 0; i < F; i++)
+                    d += (double)dw[i] * a[i], da += fabs((double)dw[i] * a[i]);
+                s += wk * d;
+                sa += wk * (da * (1 + reld) + fabs(d));
+            }
+            const double want = h0[t * E_ + r] + s;
+            /* the dots' bound, K fma + σ's product and add + the final add,
+             * each <= 2^-24 of its partial sums; σ itself within 4 ulp */
+            const double tol = reld * sa + (K + 6) * ldexp(sa + fabs(h0[t * E_ + r]), -24) + 1e-30;
+            const float got = h[t * E_ + r];
+            if (!(fabs(got - want) <= tol)) {
+                if (bad < 3)
+                    note("down_sh t %lld r %lld: got %.9g want %.9g (tol %.3g)", (long long)t,
+                         (long long)r, got, want, tol);
+                bad++;
+            }
+        }
+    ok(bad == 0, "moe_down_sh %s K=%d n_tok %lld (h += Σ_k w_k D_e act + σ(l) SD act): %d bad",
+       cw_qtype_name(td), K, (long long)n_tok, bad);
+    cw_cuda_free(C, d_ids), cw_cuda_free(C, d_zero), cw_cuda_free(C, d_wts), cw_cuda_free(C, d_x);
+    cw_cuda_free(C, d_sl), cw_cuda_free(C, d_h), cw_cuda_free(C, d_act), cw_cuda_free(C, d_ref);
+    cw_cuda_free(C, G.d), cw_cuda_free(C, U.d), cw_cuda_free(C, D.d);
+    cw_cuda_free(C, SG.d), cw_cuda_free(C, SU.d), cw_cuda_free(C, SD.d);
+    for (int i = 0; i < 12; i++)
+        hmat_free(&G.m[i]), hmat_free(&U.m[i]), hmat_free(&D.m[i]);
+    hmat_free(&SG.m[0]), hmat_free(&SU.m[0]), hmat_free(&SD.m[0]);
+    free(ids), free(wts), free(x), free(sl), free(h0), free(h), free(act), free(ref), free(refs);
+}
+
 static void check_refusals(void)
 {
     struct cw_k_mat W = {CW_TYPE_Q4_K, (void *)(uintptr_t)256, 144, 0, 300, 4};
@@ -513,6 +683,7 @@ int main(void)
 {
     C = gpu_test_open();
     check_refusals();
+    check_multi();
     for (int i = 0; i < N_TYPES; i++)
         test_type(TYPES[i]);
     check_moe(CW_TYPE_Q4_K, CW_TYPE_Q6_K, 1, 512, 8);
@@ -520,6 +691,9 @@ int main(void)
     check_moe(CW_TYPE_Q4_K, CW_TYPE_Q6_K, GEMV_MAX_TOK, 512, 8); /* above: test_gpu_moe_prefill.c */
     check_moe(CW_TYPE_Q4_K, CW_TYPE_Q8_0, 3, 512, 5);
     check_moe(CW_TYPE_Q6_K, CW_TYPE_Q4_K, 2, 768, 8);
+    check_moe_shared(CW_TYPE_Q4_K, CW_TYPE_Q6_K, 1, 8); /* the 35B's decode: 9 slots */
+    check_moe_shared(CW_TYPE_Q4_K, CW_TYPE_Q4_K, 3, 8);
+    check_moe_shared(CW_TYPE_Q8_0, CW_TYPE_Q8_0, 2, 4);
     if (getenv("CWEN_GPU_BENCH") && atoi(getenv("CWEN_GPU_BENCH")))
         bench();
     cw_cuda_close(C);
