@@ -7,8 +7,14 @@
  * Residual adds are fused: the output projections of the mixer and of the
  * FFN accumulate into h (add = true), the routed experts' down projection
  * adds its weighted sum into h, and the shared expert's down projection adds
- * σ(gate)·its output. The norms read h without an add. So the CPU's
- * h + (Σ routed + shared) is here (h + Σ routed) + shared: an f32 reordering.
+ * σ(gate)·its output. In decode the shared expert is one more slot of the
+ * routed launches, which add h + (Σ routed + shared) as the CPU; in prefill
+ * it is (h + Σ routed) + shared, an f32 reordering.
+ *
+ * Norms: the launch that finishes h (a mixer's output projection, the FFN's
+ * down projection) also applies the norm that follows it: in decode its
+ * last block does (cw_k_norm_next), so a block runs with the layer's input
+ * already normalised in s->x; in prefill a norm launch follows.
  *
  * Decode (n = 1) is captured once per sequence into a CUDA graph and
  * replayed: the token id and position are uploaded from pinned staging on
@@ -28,6 +34,25 @@ static int mm(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_wt *t,
 {
     const struct cw_k_mat W = cw_cuda_mat(t);
     return cw_k_matmul(M->c, &W, x, ldx, n, y, ldy, add, scale_logit, s->scratch, err);
+}
+
+/* What the step that finishes h normalises next: rows of n_embd into y. */
+struct next_norm {
+    const struct cw_wt *w;
+    float *y;
+    int64_t ldy;
+};
+
+/* h += t·x, then h's rows normalised as nx says */
+static int mm_add_norm(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_wt *t,
+                       const float *x, int64_t ldx, int64_t n, const float *scale_logit,
+                       const struct next_norm *nx, struct cw_err *err)
+{
+    const struct cw_k_mat W = cw_cuda_mat(t);
+    const struct cw_k_norm_next nn = {(const float *)nx->w->data, nx->y, nx->ldy, M->dw.hp.eps,
+                                      s->norm_count};
+    return cw_k_matmul_add_norm(M->c, &W, x, ldx, n, s->h, (int64_t)M->dw.hp.n_embd,
+                                scale_logit, &nn, s->scratch, err);
 }
 
 /* y [n][t->ne[1]] = t·x [n][E], packed rows */
@@ -64,12 +89,12 @@ static struct cw_k_deltanet_dims dn_dims(const struct cw_qwen35_hparams *hp)
 
 /* Gated DeltaNet, §3.2: four projections, the recurrent core, ssm_out (+h). */
 static int deltanet(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen35_ssm_w *l,
-                    struct cw_cuda_layer_state *st, int64_t n, struct cw_err *err)
+                    struct cw_cuda_layer_state *st, int64_t n, const struct next_norm *nx,
+                    struct cw_err *err)
 {
     const struct cw_k_deltanet_dims d = dn_dims(&M->dw.hp);
     const struct cw_k_deltanet_w w = {(const float *)l->conv1d.data, (const float *)l->dt.data,
                                       (const float *)l->a.data, (const float *)l->norm.data};
-    const int64_t E = M->dw.hp.n_embd;
     const struct cw_wt *in[4] = {&l->qkv, &l->gate, &l->beta, &l->alpha};
     float *out[4] = {s->m, s->z, s->beta, s->alpha};
     if (mm_xs(M, s, 4, in, out, n, err))
@@ -77,16 +102,16 @@ static int deltanet(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_
     if (cw_k_deltanet(M->c, &d, &w, st->conv, st->delta, n, s->m, s->z, s->beta, s->alpha, s->y,
                       err))
         return -1;
-    return mm(M, s, &l->out, s->y, l->out.ne[0], n, s->h, E, true, NULL, err);
+    return mm_add_norm(M, s, &l->out, s->y, l->out.ne[0], n, NULL, nx, err);
 }
 
 /* Gated full attention, §3.3: projections, the core (norms, RoPE, K/V
  * append at *s->pos, causal GQA, gate), attn_output (+h). */
 static int attention(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen35_attn_w *l,
-                     struct cw_cuda_layer_state *st, int64_t n, struct cw_err *err)
+                     struct cw_cuda_layer_state *st, int64_t n, const struct next_norm *nx,
+                     struct cw_err *err)
 {
     const struct cw_k_attn_dims d = cw_cuda_attn_dims(&M->dw.hp);
-    const int64_t E = M->dw.hp.n_embd;
     const struct cw_wt *in[3] = {&l->q, &l->k, &l->v};
     float *out[3] = {s->P, s->k, s->v};
     if (mm_xs(M, s, 3, in, out, n, err))
@@ -94,7 +119,7 @@ static int attention(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw
     if (cw_k_attn(M->c, &d, (const float *)l->q_norm.data, (const float *)l->k_norm.data, st->k,
                   st->v, M->base.n_ctx_max, s->pos, n, s->P, s->k, s->v, s->ao, s->scratch, err))
         return -1;
-    return mm(M, s, &l->o, s->ao, l->o.ne[0], n, s->h, E, true, NULL, err);
+    return mm_add_norm(M, s, &l->o, s->ao, l->o.ne[0], n, NULL, nx, err);
 }
 
 /* g [n][F] = silu(G·x)·(U·x) for a single matrix pair (shared expert, dense
@@ -119,10 +144,10 @@ static int gate_up_swiglu(struct cw_cuda_model *M, struct cw_bseq *s, const stru
  * (gate/up with SwiGLU, down with the weighted sum, +h), the shared expert
  * scaled by σ(its gate logit) (+h). */
 static int moe(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen35_moe_w *l,
-               int64_t n, struct cw_err *err)
+               int64_t n, const struct next_norm *nx, struct cw_err *err)
 {
     const struct cw_qwen35_hparams *hp = &M->dw.hp;
-    const int64_t E = hp->n_embd, S = hp->n_ff_shexp;
+    const int64_t S = hp->n_ff_shexp;
     const int X = (int)hp->n_expert, K = (int)hp->n_expert_used;
     const struct cw_k_mat G = cw_cuda_mat(&l->gate_exps), U = cw_cuda_mat(&l->up_exps);
     const struct cw_k_mat D = cw_cuda_mat(&l->down_exps);
@@ -135,61 +160,60 @@ static int moe(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen3
         return -1;
     /* decode: the shared expert as slot K of the routed launches (two
      * launches instead of four; act is sized for K+1 slots) */
-    if (cw_k_moe_shared_fusable(&G, &D, &SG, &SU, &SD, K, n))
+    if (cw_k_moe_shared_fusable(&G, &D, &SG, &SU, &SD, K, n)) {
+        const struct cw_k_norm_next nn = {(const float *)nx->w->data, nx->y, nx->ldy, hp->eps,
+                                          s->norm_count};
         return cw_k_moe_gate_up_sh(M->c, &G, &U, &SG, &SU, s->x, s->ids, K, n, s->act, err) ||
                        cw_k_moe_down_sh(M->c, &D, &SD, s->act, s->ids, s->wts, s->sgate, K, n,
-                                        s->h, err)
+                                        s->h, &nn, err)
                    ? -1
                    : 0;
+    }
     if (cw_k_moe_gate_up(M->c, &G, &U, s->x, s->ids, K, n, s->act, s->scratch, err) ||
         cw_k_moe_down(M->c, &D, s->act, s->ids, s->wts, K, n, s->h, s->scratch, err))
         return -1;
     if (gate_up_swiglu(M, s, &l->gate_shexp, &l->up_shexp, s->sg, s->su, n, err))
         return -1;
-    return mm(M, s, &l->down_shexp, s->sg, S, n, s->h, E, true, s->sgate, err);
+    return mm_add_norm(M, s, &l->down_shexp, s->sg, S, n, s->sgate, nx, err);
 }
 
 /* Dense SwiGLU FFN, §3.5 (+h). */
 static int dense_ffn(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen35_ffn_w *l,
-                     int64_t n, struct cw_err *err)
+                     int64_t n, const struct next_norm *nx, struct cw_err *err)
 {
-    const int64_t E = M->dw.hp.n_embd, F = M->dw.hp.n_ff;
+    const int64_t F = M->dw.hp.n_ff;
     if (gate_up_swiglu(M, s, &l->gate, &l->up, s->fg, s->fu, n, err))
         return -1;
-    return mm(M, s, &l->down, s->fg, F, n, s->h, E, true, NULL, err);
+    return mm_add_norm(M, s, &l->down, s->fg, F, n, NULL, nx, err);
 }
 
 /* ---- one block, §3.1: h [n][E] updated in place ---------------------------------- */
+
+/* On entry s->x = attn_norm(h) (step 1), done by the step before the block;
+ * the block's last launch leaves nx's norm of its output in nx->y. */
 static int block(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen35_layer_w *l,
-                 struct cw_cuda_layer_state *st, int64_t n, struct cw_err *err)
+                 struct cw_cuda_layer_state *st, int64_t n, const struct next_norm *nx,
+                 struct cw_err *err)
 {
     const struct cw_qwen35_hparams *hp = &M->dw.hp;
-    const int64_t E = hp->n_embd;
-    /* 1. attn_norm */
-    if (cw_k_add_rmsnorm(M->c, s->h, NULL, (const float *)l->attn_norm.data, s->x, E, E, n,
-                         hp->eps, err))
-        return -1;
-    /* 2.–3. token mixer, residual */
+    /* 2.–3. token mixer, residual, 4. post_attention_norm */
+    const struct next_norm post = {&l->post_attn_norm, s->x, (int64_t)hp->n_embd};
     switch (l->kind) {
     case CW_LAYER_DELTANET:
-        if (deltanet(M, s, &l->ssm, st, n, err))
+        if (deltanet(M, s, &l->ssm, st, n, &post, err))
             return -1;
         break;
     case CW_LAYER_ATTENTION:
-        if (attention(M, s, &l->attn, st, n, err))
+        if (attention(M, s, &l->attn, st, n, &post, err))
             return -1;
         break;
     }
-    /* 4. post_attention_norm */
-    if (cw_k_add_rmsnorm(M->c, s->h, NULL, (const float *)l->post_attn_norm.data, s->x, E, E, n,
-                         hp->eps, err))
-        return -1;
-    /* 5.–6. FFN, residual */
+    /* 5.–6. FFN, residual, and the norm after the block */
     switch (hp->arch) {
     case CW_ARCH_QWEN35MOE:
-        return moe(M, s, &l->moe, n, err);
+        return moe(M, s, &l->moe, n, nx, err);
     case CW_ARCH_QWEN35:
-        return dense_ffn(M, s, &l->ffn, n, err);
+        return dense_ffn(M, s, &l->ffn, n, nx, err);
     }
     return 0;
 }
@@ -205,11 +229,21 @@ static int main_body(struct cw_cuda_model *M, struct cw_bseq *s, int64_t n, stru
     const struct cw_k_mat embd = cw_cuda_mat(&W->token_embd);
     if (cw_k_get_rows(M->c, &embd, s->tok, n, s->h, err))
         return -1;
-    for (uint32_t il = 0; il < W->hp.n_layer; il++)
-        if (block(M, s, &W->layers[il], &s->layers[il], n, err))
+    if (W->hp.n_layer == 0)
+        return cw_k_add_rmsnorm(M->c, s->h, NULL, (const float *)W->output_norm.data, s->hn, E,
+                                E, n, W->hp.eps, err);
+    if (cw_k_add_rmsnorm(M->c, s->h, NULL, (const float *)W->layers[0].attn_norm.data, s->x, E,
+                         E, n, W->hp.eps, err))
+        return -1;
+    for (uint32_t il = 0; il < W->hp.n_layer; il++) {
+        /* the next layer's attn_norm, or output_norm after the last */
+        const struct next_norm nx =
+            il + 1 < W->hp.n_layer ? (struct next_norm){&W->layers[il + 1].attn_norm, s->x, E}
+                                   : (struct next_norm){&W->output_norm, s->hn, E};
+        if (block(M, s, &W->layers[il], &s->layers[il], n, &nx, err))
             return cw_err_prefix(err, "layer %u", il);
-    return cw_k_add_rmsnorm(M->c, s->h, NULL, (const float *)W->output_norm.data, s->hn, E, E, n,
-                            W->hp.eps, err);
+    }
+    return 0;
 }
 
 /* LM head and argmax over rows [r0, r0+rows) of s->hn into s->logits / s->amax */
@@ -405,12 +439,14 @@ static int mtp_body(struct cw_cuda_model *M, struct cw_bseq *s, const float *hid
                          W->hp.eps, err) ||
         cw_k_add_rmsnorm(M->c, s->hprev, NULL, (const float *)mt->hnorm.data, s->cat + E, 2 * E,
                          E, n, W->hp.eps, err) ||
-        mm(M, s, &mt->eh_proj, s->cat, 2 * E, n, s->h, E, false, NULL, err))
+        mm(M, s, &mt->eh_proj, s->cat, 2 * E, n, s->h, E, false, NULL, err) ||
+        cw_k_add_rmsnorm(M->c, s->h, NULL, (const float *)mt->layer.attn_norm.data, s->x, E, E,
+                         n, W->hp.eps, err))
         return -1;
-    if (block(M, s, &mt->layer, &s->mtp, n, err))
+    const struct next_norm nx = {&mt->shared_head_norm, s->hn, E};
+    if (block(M, s, &mt->layer, &s->mtp, n, &nx, err))
         return cw_err_prefix(err, "mtp block");
-    return cw_k_add_rmsnorm(M->c, s->h, NULL, (const float *)mt->shared_head_norm.data, s->hn, E,
-                            E, n, W->hp.eps, err);
+    return 0;
 }
 
 int cw_cuda_forward_mtp(struct cw_cuda_model *M, struct cw_bseq *s, const int32_t *tokens,

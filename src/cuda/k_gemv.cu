@@ -58,6 +58,7 @@
 #include <stdio.h>
 
 #include "cuda/k_gemm.cuh" /* the grouped prefill experts */
+#include "cuda/k_norm.cuh"
 #include "cuda/k_quant.cuh"
 #include "cuda/kernels.h"
 extern "C" {
@@ -271,6 +272,7 @@ struct mv_args {
     int add;
     const float *scale_logit; /* this group's, or NULL */
     cw_k_tabs tabs;
+    cw_norm_epi epi; /* one segment: its rows of this group normalised after */
 };
 
 /* Segment of launch row `row` (< a.n_out), and the row's bytes. */
@@ -352,6 +354,7 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a
                     *yp = a.add ? __fadd_rn(*yp, v) : v;
                 }
     }
+    cw_norm_epilogue<WARPS * 32>(a.epi, a.seg[0].y, a.seg[0].ldy, a.nt);
 }
 
 struct moe_args {
@@ -372,6 +375,7 @@ struct moe_args {
     const uint8_t *sg, *su;
     size_t srb;
     const float *slogit;
+    cw_norm_epi epi; /* down: the rows of h normalised after */
 };
 
 /* Slot k's expert bytes for token t: routed e = ids[t*K+k] (an invalid id
@@ -443,11 +447,9 @@ static __global__ void __launch_bounds__(WARPS * 32) moe_down_kernel(const moe_a
     extern __shared__ __align__(16) uint8_t smem[];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int64_t row0 = ((int64_t)blockIdx.x * WARPS + warp) * 2, t = blockIdx.y;
-    if (row0 >= a.n_out)
-        return;
     int64_t n_in = (int64_t)a.nb * T::QK;
     float s[2] = {0.0f, 0.0f};
-    for (int k = 0; k < a.S; k++) {
+    for (int k = 0; row0 < a.n_out && k < a.S; k++) {
         if (k < a.K && a.ids[t * a.K + k] < 0)
             continue;
         const uint8_t *b = moe_base(a, a.g, a.sg, t, k);
@@ -478,6 +480,7 @@ static __global__ void __launch_bounds__(WARPS * 32) moe_down_kernel(const moe_a
             float *hp = a.y + t * a.n_out + row0 + r;
             *hp = __fadd_rn(*hp, s[r]);
         }
+    cw_norm_epilogue<WARPS * 32>(a.epi, a.y, a.n_out, (int)gridDim.y);
 }
 
 /* Down projection for 16-unit rows (n_in = 512, the model's expert width),
@@ -496,58 +499,26 @@ struct down16 {
     enum { SLICE = 16 / T::UPB * T::BB, TILE = (SLICE + 15 + 15) / 16 * 16, G = (TILE / 16 + 31) / 32 };
 };
 
-template <class T, int DKM>
-static __global__ void __launch_bounds__(WARPS * 32) moe_down16_kernel(const moe_args a)
+/* The bytes of (slot k, row row0 + r) for token t; an invalid id reads
+ * expert 0, discarded. */
+static __device__ __forceinline__ const uint8_t *down16_slice(const moe_args &a, int64_t t,
+                                                              int64_t row0, int k, int r)
 {
-    cw_pdl_wait();
-    cw_pdl_launch_dependents();
+    return moe_base(a, a.g, a.sg, t, k) +
+           (size_t)min(row0 + r, a.n_out - 1) * (k == a.K ? a.srb : a.rb);
+}
+
+/* moe_down16_kernel's arithmetic for a live warp: the dots of its two rows
+ * over the S slots (lanes 16h..16h+15 on slot 2j+h in round j), their
+ * weighted sum in slot order, the residual add. */
+template <class T, int DKM>
+static __device__ __forceinline__ void down16_dots(const moe_args &a, int64_t t, int64_t row0,
+                                                   int lane, const uint8_t *stg, const float *xsm)
+{
     typedef down16<T> D;
-    extern __shared__ __align__(16) uint8_t smem[];
     const int K = a.K, S = a.S;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int64_t row0 = ((int64_t)blockIdx.x * WARPS + warp) * 2, t = blockIdx.y;
-    uint8_t *stg = smem + warp * (T::DIRECT ? 0 : 2 * DKM * D::TILE);
-    float *xsm = (float *)(smem + (T::DIRECT ? 0 : WARPS * 2 * DKM * D::TILE));
     const int xl = (int)xs_len<T>(512);
-    const bool live = row0 < a.n_out;
-    /* slice (slot k, row r); an invalid id reads expert 0, discarded */
-    auto slice = [&](int k, int r) {
-        return moe_base(a, a.g, a.sg, t, k) +
-               (size_t)min(row0 + r, a.n_out - 1) * (k == K ? a.srb : a.rb);
-    };
-    /* the weights' loads go out first, then the activations are staged */
-    if (T::DIRECT && live)
-#pragma unroll
-        for (int i = 0; i < 2 * DKM; i++)
-            if ((i >> 1) < S)
-                row_prefetch<T, true>(slice(i >> 1, i & 1), 16 / T::UPB, lane);
-    uint4 v[2 * DKM][D::G];
-    int ng[2 * DKM];
-    if (!T::DIRECT && live) {
-        /* every slice's granules in flight at once */
-#pragma unroll
-        for (int i = 0; i < 2 * DKM; i++) {
-            uintptr_t s0 = (uintptr_t)slice(min(i >> 1, S - 1), i & 1), a0 = s0 & ~(uintptr_t)15;
-            ng[i] = (int)((s0 + D::SLICE - a0 + 15) / 16);
-#pragma unroll
-            for (int q = 0; q < D::G; q++)
-                if ((i >> 1) < S && lane + 32 * q < ng[i])
-                    v[i][q] = __ldg((const uint4 *)a0 + lane + 32 * q);
-        }
-    }
-    x_stage<T>(a.x + t * S * (int64_t)512, 512, S, 512, xsm);
-    if (!T::DIRECT && live) {
-        /* then into this warp's stage */
-#pragma unroll
-        for (int i = 0; i < 2 * DKM; i++)
-#pragma unroll
-            for (int q = 0; q < D::G; q++)
-                if ((i >> 1) < S && lane + 32 * q < ng[i])
-                    ((uint4 *)(stg + i * D::TILE))[lane + 32 * q] = v[i][q];
-    }
-    __syncthreads();
-    if (!live)
-        return;
+    auto slice = [&](int k, int r) { return down16_slice(a, t, row0, k, r); };
     const int h = lane >> 4, u = lane & 15, blk = u / T::UPB, p = u % T::UPB;
     float dot[DKM / 2][2];
     /* no branches between the rounds: all their loads can go out at once
@@ -603,6 +574,56 @@ static __global__ void __launch_bounds__(WARPS * 32) moe_down16_kernel(const moe
             float *hp = a.y + t * a.n_out + row0 + r;
             *hp = __fadd_rn(*hp, s[r]);
         }
+}
+
+template <class T, int DKM>
+static __global__ void __launch_bounds__(WARPS * 32) moe_down16_kernel(const moe_args a)
+{
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    typedef down16<T> D;
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int S = a.S;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t row0 = ((int64_t)blockIdx.x * WARPS + warp) * 2, t = blockIdx.y;
+    uint8_t *stg = smem + warp * (T::DIRECT ? 0 : 2 * DKM * D::TILE);
+    float *xsm = (float *)(smem + (T::DIRECT ? 0 : WARPS * 2 * DKM * D::TILE));
+    const bool live = row0 < a.n_out;
+    auto slice = [&](int k, int r) { return down16_slice(a, t, row0, k, r); };
+    /* the weights' loads go out first, then the activations are staged */
+    if (T::DIRECT && live)
+#pragma unroll
+        for (int i = 0; i < 2 * DKM; i++)
+            if ((i >> 1) < S)
+                row_prefetch<T, true>(slice(i >> 1, i & 1), 16 / T::UPB, lane);
+    uint4 v[2 * DKM][D::G];
+    int ng[2 * DKM];
+    if (!T::DIRECT && live) {
+        /* every slice's granules in flight at once */
+#pragma unroll
+        for (int i = 0; i < 2 * DKM; i++) {
+            uintptr_t s0 = (uintptr_t)slice(min(i >> 1, S - 1), i & 1), a0 = s0 & ~(uintptr_t)15;
+            ng[i] = (int)((s0 + D::SLICE - a0 + 15) / 16);
+#pragma unroll
+            for (int q = 0; q < D::G; q++)
+                if ((i >> 1) < S && lane + 32 * q < ng[i])
+                    v[i][q] = __ldg((const uint4 *)a0 + lane + 32 * q);
+        }
+    }
+    x_stage<T>(a.x + t * S * (int64_t)512, 512, S, 512, xsm);
+    if (!T::DIRECT && live) {
+        /* then into this warp's stage */
+#pragma unroll
+        for (int i = 0; i < 2 * DKM; i++)
+#pragma unroll
+            for (int q = 0; q < D::G; q++)
+                if ((i >> 1) < S && lane + 32 * q < ng[i])
+                    ((uint4 *)(stg + i * D::TILE))[lane + 32 * q] = v[i][q];
+    }
+    __syncthreads();
+    if (live)
+        down16_dots<T, DKM>(a, t, row0, lane, stg, xsm);
+    cw_norm_epilogue<WARPS * 32>(a.epi, a.y, a.n_out, (int)gridDim.y);
 }
 
 /* ---- host side ----------------------------------------------------------- */
@@ -711,7 +732,7 @@ struct gemv_launch {
     mv_args a;
     int64_t n_tok;
     const float *x0, *sl0;
-    float *y0[MV_SEGS];
+    float *y0[MV_SEGS], *epi_y0;
     int n_sm;
     cudaError_t e;
     template <class T, int RR, int NT, bool SX>
@@ -739,6 +760,8 @@ struct gemv_launch {
             a.x = x0 + t0 * a.ldx;
             for (int i = 0; i < a.nseg; i++)
                 a.seg[i].y = y0[i] + t0 * a.seg[i].ldy;
+            if (a.epi.w)
+                a.epi.y = epi_y0 + t0 * a.epi.ldy;
             a.scale_logit = sl0 ? sl0 + t0 : NULL;
             /* staged x: always for use_sx formats, else from 3 tokens on
              * (q4_K 8192x2048 at 8 tokens: 41.6 us through L1, 25-28 staged) */
@@ -810,11 +833,19 @@ extern "C" size_t cw_k_matmul_scratch(const struct cw_k_mat *W, int64_t n_tok)
     return n_tok > CW_K_GEMV_MAX_TOK ? cw_k_gemm_scratch(W, n_tok) : 0;
 }
 
+static cw_norm_epi epi_of(const struct cw_k_norm_next *nrm, int64_t n)
+{
+    cw_norm_epi e = {NULL, NULL, 0, 0, 0.0f, NULL};
+    if (nrm)
+        e = cw_norm_epi{nrm->d_w, nrm->d_y, nrm->ldy, n, nrm->eps, nrm->d_count};
+    return e;
+}
+
 /* The GEMV launches (n_tok <= CW_K_GEMV_MAX_TOK) of n checked matrices of
  * one type and width that share x. */
 static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const float *d_x,
                 int64_t ldx, int64_t n_tok, float *const *d_y, const int64_t *ldy, bool add,
-                const float *d_scale_logit, struct cw_err *err)
+                const float *d_scale_logit, const struct cw_k_norm_next *nrm, struct cw_err *err)
 {
     gemv_launch f;
     f.s = c->stream;
@@ -832,6 +863,8 @@ static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const
     f.a.ldx = ldx;
     f.a.add = add;
     f.a.tabs = cw_k_tables();
+    f.a.epi = epi_of(nrm, W[0]->n_out);
+    f.epi_y0 = f.a.epi.y;
     f.n_tok = n_tok;
     f.x0 = d_x, f.sl0 = d_scale_logit;
     f.n_sm = c->info.n_sm > 0 ? c->info.n_sm : 1;
@@ -856,7 +889,32 @@ extern "C" int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const fl
     const struct cw_k_mat *Ws[1] = {W};
     float *ys[1] = {d_y};
     const int64_t ldys[1] = {ldy};
-    return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, add, d_scale_logit, err);
+    return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, add, d_scale_logit, NULL, err);
+}
+
+extern "C" int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W,
+                                    const float *d_x, int64_t ldx, int64_t n_tok, float *d_y,
+                                    int64_t ldy, const float *d_scale_logit,
+                                    const struct cw_k_norm_next *nrm, void *d_scratch,
+                                    struct cw_err *err)
+{
+    if (n_tok > CW_K_GEMV_MAX_TOK)
+        return cw_k_matmul(c, W, d_x, ldx, n_tok, d_y, ldy, true, d_scale_logit, d_scratch, err) ||
+                       cw_k_add_rmsnorm(c, d_y, NULL, nrm->d_w, nrm->d_y, nrm->ldy, W->n_out,
+                                        n_tok, nrm->eps, err)
+                   ? -1
+                   : 0;
+    if (cw_k_check_mat(W, "matmul_add_norm", err) || check_x(d_x, ldx, "matmul_add_norm", err))
+        return -1;
+    if (n_tok < 1 || ldx < W->n_in || ldy < W->n_out || nrm->ldy < W->n_out || !nrm->d_count)
+        return cw_errf(err, CW_ERR_INVALID, "cuda matmul_add_norm: n_tok %lld, ldx %lld, ldy %lld, "
+                       "norm ldy %lld for %lld x %lld", (long long)n_tok, (long long)ldx,
+                       (long long)ldy, (long long)nrm->ldy, (long long)W->n_out,
+                       (long long)W->n_in);
+    const struct cw_k_mat *Ws[1] = {W};
+    float *ys[1] = {d_y};
+    const int64_t ldys[1] = {ldy};
+    return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, true, d_scale_logit, nrm, err);
 }
 
 extern "C" int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
@@ -896,7 +954,7 @@ extern "C" int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat
                 gw[m] = W[j], gy[m] = d_y[j], gl[m] = ldy[j];
                 m++;
             }
-        if (gemv(c, m, gw, d_x, ldx, n_tok, gy, gl, false, NULL, err))
+        if (gemv(c, m, gw, d_x, ldx, n_tok, gy, gl, false, NULL, NULL, err))
             return -1;
     }
     return 0;
@@ -950,7 +1008,7 @@ static int moe_gate_up_run(struct cw_cuda *c, const struct cw_k_mat *G, const st
                    G->expert_bytes, G->n_out, (int)(G->n_in / cw_k_block_elems(G->type)), d_x,
                    d_ids, NULL, K, d_act, cw_k_tables(), S,
                    SG ? (const uint8_t *)SG->d_w : NULL, SU ? (const uint8_t *)SU->d_w : NULL,
-                   SG ? SG->row_bytes : 0, NULL};
+                   SG ? SG->row_bytes : 0, NULL, epi_of(NULL, 0)};
     f.down = false;
     f.n_tok = n_tok;
     f.n_sm = c->info.n_sm;
@@ -963,7 +1021,7 @@ static int moe_gate_up_run(struct cw_cuda *c, const struct cw_k_mat *G, const st
 static int moe_down_run(struct cw_cuda *c, const struct cw_k_mat *D, const struct cw_k_mat *SD,
                         const float *d_act, const int32_t *d_ids, const float *d_wts,
                         const float *d_slogit, int K, int64_t n_tok, float *d_h,
-                        struct cw_err *err)
+                        const struct cw_k_norm_next *nrm, struct cw_err *err)
 {
     if (check_moe(D, K, n_tok, "moe_down", err) || check_x(d_act, D->n_in, "moe_down", err))
         return -1;
@@ -973,7 +1031,7 @@ static int moe_down_run(struct cw_cuda *c, const struct cw_k_mat *D, const struc
     f.a = moe_args{(const uint8_t *)D->d_w, NULL, D->row_bytes, D->expert_bytes, D->n_out,
                    (int)(D->n_in / cw_k_block_elems(D->type)), d_act, d_ids, d_wts, K, d_h,
                    cw_k_tables(), SD ? K + 1 : K, SD ? (const uint8_t *)SD->d_w : NULL, NULL,
-                   SD ? SD->row_bytes : 0, d_slogit};
+                   SD ? SD->row_bytes : 0, d_slogit, epi_of(nrm, D->n_out)};
     f.down = true;
     f.n_tok = n_tok;
     f.n_sm = c->info.n_sm;
@@ -999,7 +1057,7 @@ extern "C" int cw_k_moe_down(struct cw_cuda *c, const struct cw_k_mat *D, const 
 {
     if (n_tok > CW_K_GEMV_MAX_TOK)
         return cw_k_moe_gemm_down(c, D, d_act, d_ids, d_wts, K, n_tok, d_h, d_scratch, err);
-    return moe_down_run(c, D, NULL, d_act, d_ids, d_wts, NULL, K, n_tok, d_h, err);
+    return moe_down_run(c, D, NULL, d_act, d_ids, d_wts, NULL, K, n_tok, d_h, NULL, err);
 }
 
 extern "C" bool cw_k_moe_shared_fusable(const struct cw_k_mat *G, const struct cw_k_mat *D,
@@ -1039,11 +1097,14 @@ extern "C" int cw_k_moe_down_sh(struct cw_cuda *c, const struct cw_k_mat *D,
                                 const struct cw_k_mat *SD, const float *d_act,
                                 const int32_t *d_ids, const float *d_wts,
                                 const float *d_slogit, int K, int64_t n_tok, float *d_h,
-                                struct cw_err *err)
+                                const struct cw_k_norm_next *nrm, struct cw_err *err)
 {
     if (!cw_k_moe_shared_fusable(D, D, D, D, SD, K, n_tok) || !d_slogit)
         return shared_unfit("moe_down_sh", D, SD, K, n_tok, err);
     if (cw_k_check_mat(SD, "moe_down_sh", err))
         return -1;
-    return moe_down_run(c, D, SD, d_act, d_ids, d_wts, d_slogit, K, n_tok, d_h, err);
+    if (nrm && (nrm->ldy < D->n_out || !nrm->d_count))
+        return cw_errf(err, CW_ERR_INVALID, "cuda moe_down_sh: norm rows of %lld (need %lld) or "
+                       "no count", (long long)nrm->ldy, (long long)D->n_out);
+    return moe_down_run(c, D, SD, d_act, d_ids, d_wts, d_slogit, K, n_tok, d_h, nrm, err);
 }

@@ -2,7 +2,10 @@
  * router logits, the top K (ties to the lower id, NaN last), renormalised
  * (see kernels.h). The twin of cw_moe_route in cpu_moe.c, step for step.
  *
- * One block per token. The softmax follows the CPU's numerics: max in f32,
+ * Up to WARP_X_MAX experts and K <= 32 (the model: 256, 8), one warp per
+ * token holds its logits in registers and needs no barrier: decode's route
+ * is one short launch. Larger routers take one block per token. Both
+ * compute the same function. The softmax follows the CPU's numerics: max in f32,
  * e^(x-max) in f32, the sum in double (here a fixed tree over strided
  * partials instead of a sequential loop: both within X·2^-53 of exact, so
  * the f32 reciprocal agrees), scaled by the f32 reciprocal. CUDA's expf
@@ -139,12 +142,97 @@ static __global__ void route_kernel(const float *logits, int X, int K, int32_t *
     }
 }
 
+/* ---- one warp per token ---------------------------------------------------- */
+
+#define WARP_X_MAX 512
+#define ROUTE_WARPS 4
+
+template <int RW>
+static __global__ void __launch_bounds__(ROUTE_WARPS * 32)
+    route_warp_kernel(const float *logits, int X, int K, int64_t n_tok, int32_t *ids, float *wts)
+{
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    const int lane = threadIdx.x & 31;
+    const int64_t t = (int64_t)blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5);
+    if (t >= n_tok)
+        return;
+    const float *x = logits + t * X;
+    float p[RW];
+    float m = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < RW; j++) {
+        const int i = lane + 32 * j;
+        p[j] = i < X ? x[i] : -INFINITY;
+        m = p[j] > m ? p[j] : m; /* as the CPU: NaN never wins */
+    }
+    m = cw_warp_max(m);
+    /* e^(x-max), the sum in double: each lane's in j order, then a butterfly */
+    double s = 0.0;
+#pragma unroll
+    for (int j = 0; j < RW; j++)
+        if (lane + 32 * j < X) {
+            p[j] = expf(p[j] - m);
+            s += (double)p[j];
+        }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float inv = (float)(1.0 / s);
+#pragma unroll
+    for (int j = 0; j < RW; j++)
+        p[j] *= inv;
+    /* top K: per slot, the lane's best untaken value, then a butterfly under
+     * the strict total order (every lane ends with the same winner) */
+    unsigned taken = 0;
+    float sel_p = 0.0f, sum = 0.0f;
+    int sel_i = -1;
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        float bp = 0.0f;
+#pragma unroll
+        for (int j = 0; j < RW; j++) {
+            const int i = lane + 32 * j;
+            if (i < X && !(taken >> j & 1) && ranks_before(p[j], i, bp, best))
+                best = i, bp = p[j];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const float op = __shfl_xor_sync(0xffffffffu, bp, o);
+            if (ranks_before(op, ob, bp, best))
+                best = ob, bp = op;
+        }
+        if ((best & 31) == lane)
+            taken |= 1u << (best >> 5);
+        sum += bp; /* the selected probabilities' f32 sum, in slot order */
+        if (lane == k)
+            sel_i = best, sel_p = bp;
+    }
+    if (sum < CW_MOE_WEIGHT_SUM_MIN)
+        sum = CW_MOE_WEIGHT_SUM_MIN;
+    if (lane < K) {
+        ids[t * K + lane] = sel_i;
+        wts[t * K + lane] = sel_p / sum;
+    }
+}
+
 int cw_k_moe_route(struct cw_cuda *c, const float *d_logits, int X, int K, int64_t n_tok,
                    int32_t *d_ids, float *d_wts, struct cw_err *err)
 {
     if (X <= 0 || K <= 0 || K > X || K > ROUTE_MAX_K || n_tok <= 0 || n_tok > INT32_MAX)
         return cw_errf(err, CW_ERR_INVALID, "cuda: moe_route: bad routing %d of %d experts "
                        "for %lld tokens (at most %d)", K, X, (long long)n_tok, ROUTE_MAX_K);
+    if (X <= WARP_X_MAX && K <= 32) {
+        const dim3 grid((unsigned)((n_tok + ROUTE_WARPS - 1) / ROUTE_WARPS));
+        CW_CUDA_TRY(err, X <= 256 ? cw_launch(c->stream, c->pdl, route_warp_kernel<8>, grid,
+                                              dim3(ROUTE_WARPS * 32), 0, d_logits, X, K,
+                                              n_tok, d_ids, d_wts)
+                                  : cw_launch(c->stream, c->pdl, route_warp_kernel<16>, grid,
+                                              dim3(ROUTE_WARPS * 32), 0, d_logits, X, K,
+                                              n_tok, d_ids, d_wts));
+        return 0;
+    }
     const size_t shmem = (size_t)X * (sizeof(float) + sizeof(int));
     if (shmem > 48 * 1024)
         return cw_errf(err, CW_ERR_UNSUPPORTED, "cuda: moe_route: %d experts exceed the "

@@ -10,10 +10,10 @@
  * f32 ulp, so the f32 mean, the scale and every output equal the CPU's bit
  * for bit unless the mean falls within ~1e-12 of an f32 rounding boundary,
  * where they differ by one ulp of the scale. */
-#include "cuda/cuda_common.cuh"
+#include "cuda/k_norm.cuh"
 #include "cuda/kernels.h"
 
-#define NORM_THREADS 256
+#define NORM_THREADS NORM_VTHREADS /* the tree of k_norm.cuh, one virtual thread each */
 
 /* Sum of a double over the block, in a fixed order; every thread gets it. */
 static __device__ double block_sum_double(double v, double *sh /* [32] */)
@@ -48,17 +48,16 @@ static __global__ void add_rmsnorm_kernel(float *h, const float *add, const floa
     __shared__ double sh[32];
     const int64_t row = blockIdx.x;
     float *hr = h + row * n;
+    if (!add) { /* the code the decode kernels' norm epilogue shares */
+        cw_rmsnorm_row<NORM_THREADS>(hr, w, y + row * ldy, n, eps, sh);
+        return;
+    }
     double acc = 0.0;
-    if (add) {
+    {
         const float *ar = add + row * n;
         for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
             const float v = hr[i] + ar[i];
             hr[i] = v;
-            acc += (double)(v * v);
-        }
-    } else {
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-            const float v = hr[i];
             acc += (double)(v * v);
         }
     }

@@ -59,6 +59,26 @@ int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const float *d_x, i
                 int64_t n_tok, float *d_y, int64_t ldy, bool add, const float *d_scale_logit,
                 void *d_scratch, struct cw_err *err);
 
+/* The RMSNorm that a decode launch finishing the residual stream h applies
+ * once its last block is done, instead of a launch of its own: per token row,
+ * y = RMSNorm(h)·w, bit-equal to cw_k_add_rmsnorm without add. d_count: an
+ * unsigned of device memory, zero before, left zero after. */
+struct cw_k_norm_next {
+    const float *d_w;
+    float *d_y;
+    int64_t ldy;
+    float eps;
+    unsigned *d_count;
+};
+
+/* y += W·x (σ-scaled when d_scale_logit, as cw_k_matmul), then y's n_tok rows
+ * normalised as nrm says: one launch in the GEMV regime, else cw_k_matmul
+ * and cw_k_add_rmsnorm. */
+int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W, const float *d_x,
+                         int64_t ldx, int64_t n_tok, float *d_y, int64_t ldy,
+                         const float *d_scale_logit, const struct cw_k_norm_next *nrm,
+                         void *d_scratch, struct cw_err *err);
+
 /* n (1..CW_K_MULTI_MAX) products of one x: y_i[t][r] = Σ_j W_i[r][j]·x[t][j],
  * y_i [n_tok][ldy[i]]. In the GEMV regime (decode, drafts) the matrices of
  * one type and width share a launch (up to 4 per launch); above it, one
@@ -93,7 +113,8 @@ int cw_k_moe_down(struct cw_cuda *c, const struct cw_k_mat *D, const float *d_ac
  *   gate_up_sh: act [n_tok*(K+1)][n_ff]: slot k < K as cw_k_moe_gate_up,
  *               slot K = silu(SG·x)·(SU·x);
  *   down_sh:    h[t][r] += (Σ_k wts·D_e[r]·act[t*(K+1)+k]) + σ(d_slogit[t])·(SD[r]·act[t*(K+1)+K]),
- *               the routed sum in order k = 0..K-1, then the shared term (the CPU's order). */
+ *               the routed sum in order k = 0..K-1, then the shared term (the CPU's order);
+ *               then h's rows normalised when nrm (cw_k_norm_next). */
 #define CW_K_GEMV_MAX_TOK 32 /* the GEMV regime: n_tok up to this */
 bool cw_k_moe_shared_fusable(const struct cw_k_mat *G, const struct cw_k_mat *D,
                              const struct cw_k_mat *SG, const struct cw_k_mat *SU,
@@ -104,7 +125,8 @@ int cw_k_moe_gate_up_sh(struct cw_cuda *c, const struct cw_k_mat *G, const struc
                         struct cw_err *err);
 int cw_k_moe_down_sh(struct cw_cuda *c, const struct cw_k_mat *D, const struct cw_k_mat *SD,
                      const float *d_act, const int32_t *d_ids, const float *d_wts,
-                     const float *d_slogit, int K, int64_t n_tok, float *d_h, struct cw_err *err);
+                     const float *d_slogit, int K, int64_t n_tok, float *d_h,
+                     const struct cw_k_norm_next *nrm /* NULL: none */, struct cw_err *err);
 
 /* Bytes of d_scratch the two MoE launchers need for n_tok tokens over X
  * experts (e.g. tokens grouped by expert for prefill); 0 if none. */

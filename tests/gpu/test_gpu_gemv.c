@@ -263,6 +263,59 @@ static void check_multi(void)
     free(x), free(a), free(b), free(nan);
 }
 
+/* cw_k_matmul_add_norm: h += W x, then RMSNorm(h)·w into y: h and y bit-equal
+ * to cw_k_matmul (add) then cw_k_add_rmsnorm, over token groups (1, 3, 9,
+ * 32: the GEMV regime's launches of up to 8 tokens) and in the GEMM regime
+ * (40, the fallback), repeated so that a count left non-zero would show. */
+static void check_add_norm(enum cw_qtype type, int64_t n_in, int64_t n_out)
+{
+    struct hmat m;
+    hmat_make(&m, type, n_in, n_out);
+    void *dw = dalloc(m.rb * n_out);
+    up(dw, m.q, m.rb * n_out);
+    struct cw_k_mat W = {type, dw, m.rb, 0, n_in, n_out};
+    enum { NT = 40 };
+    float *x = malloc(sizeof(float) * n_in * NT), *h0 = malloc(sizeof(float) * n_out * NT);
+    float *nw = malloc(sizeof(float) * n_out), *a = malloc(sizeof(float) * n_out * NT),
+          *b = malloc(sizeof(float) * n_out * NT), *ya = malloc(sizeof(float) * n_out * NT),
+          *yb = malloc(sizeof(float) * n_out * NT);
+    fill_x(x, n_in * NT);
+    fill_x(h0, n_out * NT);
+    for (int64_t i = 0; i < n_out; i++)
+        nw[i] = 1.0f + 0.1f * gauss();
+    float *dx = dalloc(sizeof(float) * n_in * NT), *dh = dalloc(sizeof(float) * n_out * NT);
+    float *dnw = dalloc(sizeof(float) * n_out), *dy = dalloc(sizeof(float) * n_out * NT);
+    unsigned *dcnt = dalloc(sizeof(unsigned));
+    size_t ns = cw_k_matmul_scratch(&W, NT);
+    void *scr = ns ? dalloc(ns) : NULL;
+    CK(cw_cuda_memset(C, dcnt, 0, sizeof(unsigned), &E));
+    up(dx, x, sizeof(float) * n_in * NT);
+    up(dnw, nw, sizeof(float) * n_out);
+    const struct cw_k_norm_next nn = {dnw, dy, n_out, 1e-6f, dcnt};
+    static const int ntoks[] = {1, 3, 9, 32, 40, 1};
+    int same = 1;
+    for (int k = 0; k < 6; k++) {
+        const int nt = ntoks[k];
+        up(dh, h0, sizeof(float) * n_out * nt);
+        CK(cw_k_matmul_add_norm(C, &W, dx, n_in, nt, dh, n_out, NULL, &nn, scr, &E));
+        down(a, dh, sizeof(float) * n_out * nt);
+        down(ya, dy, sizeof(float) * n_out * nt);
+        up(dh, h0, sizeof(float) * n_out * nt);
+        CK(cw_k_matmul(C, &W, dx, n_in, nt, dh, n_out, true, NULL, scr, &E));
+        CK(cw_k_add_rmsnorm(C, dh, NULL, dnw, dy, n_out, n_out, nt, 1e-6f, &E));
+        down(b, dh, sizeof(float) * n_out * nt);
+        down(yb, dy, sizeof(float) * n_out * nt);
+        same &= !memcmp(a, b, sizeof(float) * n_out * nt) &&
+                !memcmp(ya, yb, sizeof(float) * n_out * nt);
+    }
+    ok(same, "matmul_add_norm %s %lldx%lld (1..40 tokens, twice at 1): h and the norm bit-equal "
+       "to matmul + add_rmsnorm", cw_qtype_name(type), (long long)n_out, (long long)n_in);
+    cw_cuda_free(C, dw), cw_cuda_free(C, dx), cw_cuda_free(C, dh), cw_cuda_free(C, dnw);
+    cw_cuda_free(C, dy), cw_cuda_free(C, dcnt), cw_cuda_free(C, scr);
+    hmat_free(&m);
+    free(x), free(h0), free(nw), free(a), free(b), free(ya), free(yb);
+}
+
 static void test_type(enum cw_qtype type)
 {
     const struct cw_qtype_traits *tr = cw_qtype_traits(type);
@@ -510,8 +563,39 @@ static void check_moe_shared(enum cw_qtype tg, enum cw_qtype td, int64_t n_tok, 
     }
     ok(same, "moe_gate_up_sh %s K=%d n_tok %lld: routed slots and the shared slot bit-equal to "
        "their own launches", cw_qtype_name(tg), K, (long long)n_tok);
-    CK(cw_k_moe_down_sh(C, &md, &sd, d_act, d_ids, d_wts, d_sl, K, n_tok, d_h, &E));
+    CK(cw_k_moe_down_sh(C, &md, &sd, d_act, d_ids, d_wts, d_sl, K, n_tok, d_h, NULL, &E));
     down(h, d_h, sizeof(float) * n_tok * E_);
+    {
+        /* with the norm epilogue, twice (the count must come back to zero):
+         * h the same bits, y = cw_k_add_rmsnorm's bits */
+        float *nw = malloc(sizeof(float) * E_), *y = malloc(sizeof(float) * n_tok * E_),
+              *y2 = malloc(sizeof(float) * n_tok * E_), *hh = malloc(sizeof(float) * n_tok * E_);
+        for (int64_t i = 0; i < E_; i++)
+            nw[i] = 1.0f + 0.1f * gauss();
+        float *d_nw = dalloc(sizeof(float) * E_), *d_y = dalloc(sizeof(float) * n_tok * E_);
+        float *d_y2 = dalloc(sizeof(float) * n_tok * E_);
+        unsigned *d_cnt = dalloc(sizeof(unsigned));
+        CK(cw_cuda_memset(C, d_cnt, 0, sizeof(unsigned), &E));
+        up(d_nw, nw, sizeof(float) * E_);
+        const struct cw_k_norm_next nn = {d_nw, d_y, E_, 1e-6f, d_cnt};
+        int same_h = 1, same_y = 1;
+        for (int rep = 0; rep < 2; rep++) {
+            up(d_h, h0, sizeof(float) * n_tok * E_);
+            fill_nan(y, n_tok * E_);
+            up(d_y, y, sizeof(float) * n_tok * E_);
+            CK(cw_k_moe_down_sh(C, &md, &sd, d_act, d_ids, d_wts, d_sl, K, n_tok, d_h, &nn, &E));
+            down(hh, d_h, sizeof(float) * n_tok * E_);
+            down(y, d_y, sizeof(float) * n_tok * E_);
+            CK(cw_k_add_rmsnorm(C, d_h, NULL, d_nw, d_y2, E_, E_, n_tok, 1e-6f, &E));
+            down(y2, d_y2, sizeof(float) * n_tok * E_);
+            same_h &= !memcmp(hh, h, sizeof(float) * n_tok * E_);
+            same_y &= !memcmp(y, y2, sizeof(float) * n_tok * E_);
+        }
+        ok(same_h && same_y, "moe_down_sh + norm epilogue (twice): h %s, y %s cw_k_add_rmsnorm's",
+           same_h ? "unchanged" : "CHANGED", same_y ? "bit-equal to" : "DIFFERS from");
+        cw_cuda_free(C, d_nw), cw_cuda_free(C, d_y), cw_cuda_free(C, d_y2), cw_cuda_free(C, d_cnt);
+        free(nw), free(y), free(y2), free(hh);
+    }
     const double reld = (32.0 + 5) * ldexp(1, -24);
     int bad = 0;
     for (int64_t t = 0; t < n_tok; t++)
@@ -684,6 +768,9 @@ int main(void)
     C = gpu_test_open();
     check_refusals();
     check_multi();
+    check_add_norm(CW_TYPE_Q4_K, 4096, 2048); /* the 35B's ssm_out */
+    check_add_norm(CW_TYPE_Q8_0, 512, 2048);  /* a staged-x format */
+    check_add_norm(CW_TYPE_Q6_K, 17408, 5120); /* the 27B's ffn_down */
     for (int i = 0; i < N_TYPES; i++)
         test_type(TYPES[i]);
     check_moe(CW_TYPE_Q4_K, CW_TYPE_Q6_K, 1, 512, 8);

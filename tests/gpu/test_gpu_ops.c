@@ -247,10 +247,11 @@ static int decisive(const float *probs, const int32_t *sel, int X, int K, double
 
 static void test_route(struct cw_cuda *c)
 {
-    static const int Xs[] = {16, 256, 512};
+    /* up to 512 experts the warp-per-token kernel, 1024 the block kernel */
+    static const int Xs[] = {16, 256, 512, 1024};
     static const int Ks[] = {1, 4, 8, 16};
     static const int64_t ns[] = {1, 5, 300};
-    for (size_t xi = 0; xi < 3; xi++)
+    for (size_t xi = 0; xi < 4; xi++)
         for (size_t ki = 0; ki < 4; ki++)
             for (size_t ni = 0; ni < 3; ni++) {
                 const int X = Xs[xi], K = Ks[ki];

@@ -1,0 +1,94 @@
+/* k_norm.cuh — RMSNorm of a row as device code that several kernels share:
+ * add_rmsnorm_kernel (k_norm.cu), and the "last block normalises" epilogue
+ * of the decode kernels that finish the residual stream h (the output
+ * projections' GEMV, the MoE down projection), which saves the norm's own
+ * launch between them and the next layer's products.
+ *
+ * The sum of squares runs as NORM_VTHREADS virtual threads (thread v sums
+ * elements v, v+256, ... in double, in order; a butterfly per warp of 32
+ * virtual threads; warp 0 folds the 8 warp sums by a butterfly), whatever
+ * the real block size B (a multiple of 32 dividing 256): so every caller
+ * gets the bits of add_rmsnorm_kernel. The numerics are k_norm.cu's. */
+#ifndef CW_K_NORM_CUH
+#define CW_K_NORM_CUH
+
+#include "cuda/cuda_common.cuh"
+
+#define NORM_VTHREADS 256
+
+/* y = RMSNorm(h)·w over n values, by the B threads of the block (all must
+ * call it); h is read through L2 (another block may have written it).
+ * sh: 8 doubles of shared memory. */
+template <int B>
+static __device__ void cw_rmsnorm_row(const float *h, const float *w, float *y, int64_t n,
+                                      float eps, double *sh)
+{
+    static_assert(B % 32 == 0 && NORM_VTHREADS % B == 0, "block size");
+    const int tid = threadIdx.x, lane = tid & 31;
+#pragma unroll
+    for (int q = 0; q < NORM_VTHREADS / B; q++) {
+        const int v = tid + B * q;
+        double acc = 0.0;
+        for (int64_t i = v; i < n; i += NORM_VTHREADS) {
+            const float x = __ldcg(h + i);
+            acc += (double)(x * x);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0)
+            sh[v >> 5] = acc;
+    }
+    __syncthreads();
+    double tot = lane < NORM_VTHREADS / 32 ? sh[lane] : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        tot += __shfl_xor_sync(0xffffffffu, tot, o);
+    const float mean = (float)(tot / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    /* (x·scale)·w, the CPU's order; two products, nothing to contract */
+    for (int64_t i = tid; i < n; i += B)
+        y[i] = __fmul_rn(__fmul_rn(__ldcg(h + i), scale), w[i]);
+    __syncthreads(); /* sh is free again */
+}
+
+/* What a decode kernel that finishes h normalises when its last block is
+ * done: rows of h (stride ldh) into y (stride ldy). w == NULL: nothing. */
+struct cw_norm_epi {
+    const float *w;
+    float *y;
+    int64_t ldy;
+    int64_t n;
+    float eps;
+    unsigned *count; /* zero between launches; the last block resets it */
+};
+
+/* Called by every thread of every block after the block's last write of h
+ * (no thread may have returned): the block that finishes last (an integer
+ * count, so which block it is does not matter to the result) normalises
+ * the rows. Deterministic: one block, the fixed tree above. */
+template <int B>
+static __device__ void cw_norm_epilogue(const cw_norm_epi &e, const float *h, int64_t ldh,
+                                        int rows)
+{
+    __shared__ unsigned last;
+    __shared__ double sh[NORM_VTHREADS / 32];
+    if (!e.w)
+        return;
+    __syncthreads(); /* this block's writes of h are issued */
+    if (threadIdx.x == 0) {
+        __threadfence(); /* ... and visible device-wide before the count moves */
+        const unsigned total = gridDim.x * gridDim.y * gridDim.z;
+        last = atomicAdd(e.count, 1u) == total - 1;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int r = 0; r < rows; r++)
+        cw_rmsnorm_row<B>(h + r * ldh, e.w, e.y + r * e.ldy, e.n, e.eps, sh);
+    if (threadIdx.x == 0)
+        *e.count = 0;
+}
+
+#endif
