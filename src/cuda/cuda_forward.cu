@@ -37,19 +37,11 @@ static int mm_x(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_wt *
     return mm(M, s, t, s->x, (int64_t)M->dw.hp.n_embd, n, y, t->ne[1], false, NULL, err);
 }
 
-static struct cw_k_deltanet_dims dn_dims(const struct cw_qwen35_hparams *hp)
-{
-    struct cw_k_deltanet_dims d = {(int)hp->ssm_n_k_heads, (int)hp->ssm_n_v_heads,
-                                   (int)hp->ssm_d_state,   (int)hp->ssm_d_state,
-                                   (int)hp->ssm_conv,      hp->eps};
-    return d;
-}
-
 /* Gated DeltaNet, §3.2: four projections, the recurrent core, ssm_out (+h). */
 static int deltanet(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen35_ssm_w *l,
                     struct cw_cuda_layer_state *st, int64_t n, struct cw_err *err)
 {
-    const struct cw_k_deltanet_dims d = dn_dims(&M->dw.hp);
+    const struct cw_k_deltanet_dims d = cw_cuda_dn_dims(&M->dw.hp);
     const struct cw_k_deltanet_w w = {(const float *)l->conv1d.data, (const float *)l->dt.data,
                                       (const float *)l->a.data, (const float *)l->norm.data};
     const int64_t E = M->dw.hp.n_embd;
@@ -57,7 +49,7 @@ static int deltanet(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_
         mm_x(M, s, &l->beta, s->beta, n, err) || mm_x(M, s, &l->alpha, s->alpha, n, err))
         return -1;
     if (cw_k_deltanet(M->c, &d, &w, st->conv, st->delta, n, s->m, s->z, s->beta, s->alpha, s->y,
-                      err))
+                      s->scratch, err))
         return -1;
     return mm(M, s, &l->out, s->y, l->out.ne[0], n, s->h, E, true, NULL, err);
 }
