@@ -398,16 +398,31 @@ static __global__ void __launch_bounds__(DC_THREADS) dc_prep_kernel(dc_args b)
         ut[c] = sm[c];
 }
 
-/* Loads rows [0, DC) of one head's DCD channels of src (row stride C) into
- * a [DC][KP] tile, rows at or past L zero. */
+/* 16 bytes global -> shared without a register round trip: every copy a
+ * thread issues is in flight at once (plain loads followed by shared stores
+ * through generic pointers serialise on the global latency). dc_cp_wait
+ * waits for the thread's own copies; a barrier after it publishes them. */
+static __device__ __forceinline__ void dc_cp16(float *dst, const float *src)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+
+static __device__ __forceinline__ void dc_cp_wait(void)
+{
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+/* Starts copying rows [0, DC) of one head's DCD channels of src (row stride
+ * C) into a [DC][KP] tile; rows at or past L are zeroed. */
 static __device__ __forceinline__ void dc_load_rows(float *dst, const float *src, int64_t C, int L)
 {
     for (int idx = threadIdx.x; idx < DC * DCD / 4; idx += blockDim.x) {
         const int t = idx / (DCD / 4), i4 = (idx % (DCD / 4)) * 4;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (t < L)
-            v = *(const float4 *)(src + t * C + i4);
-        *(float4 *)(dst + t * KP + i4) = v;
+            dc_cp16(dst + t * KP + i4, src + t * C + i4);
+        else
+            *(float4 *)(dst + t * KP + i4) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 }
 
@@ -431,20 +446,20 @@ static __global__ void __launch_bounds__(DC_THREADS) dc_tri_kernel(dc_args b)
     const float *u0 = b.u + t0 * a.C;
     dc_load_rows(sk, u0 + (int64_t)a.hk * DCD + (int64_t)kh * DCD, a.C, L);
     dc_load_rows(sq, u0 + (int64_t)kh * DCD, a.C, L);
+    if (tid < DC) { // rows past L: g = 0, β = 0 (they change nothing)
+        sG[tid] = tid < L ? b.g[(t0 + tid) * a.hv + h] : 0.0f;
+        sb[tid] = tid < L ? b.beta[(t0 + tid) * a.hv + h] : 0.0f;
+    }
+    __syncthreads(); // g and β in shared memory
     if (tid == 0) {
-        float G = 0.0f; // rows past L: g = 0, β = 0 (they change nothing)
-        for (int t = 0; t < DC; t++) {
-            float gt = 0.0f, bt = 0.0f;
-            if (t < L) {
-                gt = b.g[(t0 + t) * a.hv + h];
-                bt = b.beta[(t0 + t) * a.hv + h];
-            }
-            G += gt;
+        float G = 0.0f;
+        for (int t = 0; t < DC; t++) { // fixed order
+            G += sG[t];
             sG[t] = G;
-            sb[t] = bt;
-            sbg[t] = bt * expf(G);
+            sbg[t] = sb[t] * expf(G);
         }
     }
+    dc_cp_wait();
     __syncthreads(); // tiles and G ready
 
     // The Grams k_t·k_s and q_t·k_s: rows tg + 16r, columns sg + 16r2.
@@ -509,6 +524,7 @@ static __global__ void __launch_bounds__(DC_THREADS) dc_tri_kernel(dc_args b)
             __syncthreads(); // row t complete before row t+1 reads it
         }
     }
+    dc_cp_wait();
     __syncthreads(); // T and v complete (also when L == 1)
 
     // W = T diag(βΓ) K (stored transposed) and U = T diag(β) V: rows
@@ -566,10 +582,11 @@ static __global__ void __launch_bounds__(DS_THREADS) dc_state_kernel(dc_args b)
     cw_pdl_launch_dependents();
     extern __shared__ float sm[];
     float *sw = sm;               // [DCD][DC] Wᵀ
-    float *sk = sw + DCD * DC;    // [DC][DCD] k̂_s Γ_L/Γ_s
+    float *sk = sw + DCD * DC;    // [DC][DCD] k̂ (rows < L)
     float *su = sk + DC * DCD;    // [DC][DJ] U
     float *ss = su + DC * DJ;     // [DCD][DJ] S0
     float *sd = ss + DCD * DJ;    // [DC][DJ] Δ
+    float *sx = sd + DC * DJ;     // [DCS] the chunk's decay scalars
     const dn_args &a = b.a;
     const int h = blockIdx.x, kh = h % a.hk, j0 = blockIdx.y * DJ, tid = threadIdx.x;
     const int ig = tid >> 3, jg = tid & 7; // state: keys 8ig..8ig+7, columns 2jg, 2jg+1
@@ -594,27 +611,23 @@ static __global__ void __launch_bounds__(DS_THREADS) dc_state_kernel(dc_args b)
             *(float2 *)(ss + i * DJ + 2 * jg) = v;
             *(float2 *)(S0 + (int64_t)i * DCD + j0 + 2 * jg) = v;
         }
-        const float4 *gw = (const float4 *)(b.wt + ch * DCD * DC);
+        const float *gw = b.wt + ch * DCD * DC;
         for (int idx = tid; idx < DCD * DC / 4; idx += DS_THREADS)
-            ((float4 *)sw)[idx] = gw[idx];
-        const float *sc = b.sc + ch * DCS;
-        for (int idx = tid; idx < DC * DCD / 4; idx += DS_THREADS) {
+            dc_cp16(sw + 4 * idx, gw + 4 * idx);
+        for (int idx = tid; idx < L * (DCD / 4); idx += DS_THREADS) { // rows past L never read
             const int s = idx / (DCD / 4), i4 = (idx % (DCD / 4)) * 4;
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (s < L) {
-                v = *(const float4 *)(b.u + (t0 + s) * a.C + ko + i4);
-                const float f = sc[DC + s];
-                v.x *= f, v.y *= f, v.z *= f, v.w *= f;
-            }
-            *(float4 *)(sk + s * DCD + i4) = v;
+            dc_cp16(sk + s * DCD + i4, b.u + (t0 + s) * a.C + ko + i4);
         }
         const float *gu = b.uu + ch * DC * DCD;
         for (int idx = tid; idx < DC * DJ / 4; idx += DS_THREADS) {
             const int t = idx / (DJ / 4), j4 = (idx % (DJ / 4)) * 4;
-            *(float4 *)(su + t * DJ + j4) = *(const float4 *)(gu + t * DCD + j0 + j4);
+            dc_cp16(su + t * DJ + j4, gu + t * DCD + j0 + j4);
         }
-        const float gl = sc[2 * DC];
+        if (tid < DCS / 4)
+            dc_cp16(sx + 4 * tid, b.sc + ch * DCS + 4 * tid);
+        dc_cp_wait();
         __syncthreads(); // the chunk's tiles and S0 in shared memory
+        const float gl = sx[2 * DC];
 
         // Δ = U − W S0: rows 4tq..4tq+3, columns 2jg, 2jg+1; into y.
         {
@@ -644,14 +657,16 @@ static __global__ void __launch_bounds__(DS_THREADS) dc_state_kernel(dc_args b)
         }
         __syncthreads(); // Δ complete
 
-        // S ← Γ_L S0 + Σ_s (Γ_L/Γ_s) k̂_s δ_sᵀ, s in order.
+        // S ← Γ_L S0 + Σ_s k̂_s ((Γ_L/Γ_s) δ_s)ᵀ, s in order.
 #pragma unroll
         for (int q = 0; q < 8; q++)
             S[q][0] *= gl, S[q][1] *= gl;
         for (int s = 0; s < L; s++) {
             const float4 k0 = *(const float4 *)(sk + s * DCD + 8 * ig);
             const float4 k1 = *(const float4 *)(sk + s * DCD + 8 * ig + 4);
-            const float2 d = *(const float2 *)(sd + s * DJ + 2 * jg);
+            float2 d = *(const float2 *)(sd + s * DJ + 2 * jg);
+            const float f = sx[DC + s];
+            d.x *= f, d.y *= f;
             const float kv[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
 #pragma unroll
             for (int q = 0; q < 8; q++) {
@@ -690,23 +705,24 @@ static __global__ void __launch_bounds__(DC_THREADS) dc_out_kernel(dc_args b)
     const float *gs = b.s0 + ch * DCD * DCD + jb;
     for (int idx = tid; idx < DCD * DO / 4; idx += DC_THREADS) {
         const int i = idx / (DO / 4), j4 = (idx % (DO / 4)) * 4;
-        *(float4 *)(s0 + i * DO + j4) = *(const float4 *)(gs + (int64_t)i * DCD + j4);
+        dc_cp16(s0 + i * DO + j4, gs + (int64_t)i * DCD + j4);
     }
     const float *gp = b.p + ch * DC * DC;
     for (int idx = tid; idx < DC * DC / 4; idx += DC_THREADS) {
         const int t = idx / (DC / 4), s4 = (idx % (DC / 4)) * 4;
-        *(float4 *)(sp + t * PP + s4) = *(const float4 *)(gp + t * DC + s4);
+        dc_cp16(sp + t * PP + s4, gp + t * DC + s4);
     }
     float *yb = a.y + t0 * yrow + (int64_t)h * DCD + jb;
     for (int idx = tid; idx < DC * DO / 4; idx += DC_THREADS) {
         const int t = idx / (DO / 4), j4 = (idx % (DO / 4)) * 4;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (t < L)
-            v = *(const float4 *)(yb + t * yrow + j4);
-        *(float4 *)(sd + t * DO + j4) = v;
+            dc_cp16(sd + t * DO + j4, yb + t * yrow + j4);
+        else
+            *(float4 *)(sd + t * DO + j4) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    if (tid < DC)
-        sg[tid] = b.sc[ch * DCS + tid];
+    if (tid < DC / 4)
+        dc_cp16(sg + 4 * tid, b.sc + ch * DCS + 4 * tid);
+    dc_cp_wait();
     __syncthreads(); // tiles ready (and every read of Δ in y done before any write)
 
     const int tg = tid >> 4, jg = tid & 15; // rows tg + 16r, columns 4jg..4jg+3
@@ -787,7 +803,8 @@ static int dc_run(struct cw_cuda *c, const dn_args &a, void *d_scratch, struct c
                        (long long)a.n_tok);
     const size_t sm_prep = (size_t)a.C * sizeof(float);
     const size_t sm_tri = ((size_t)2 * DC * KP + 2 * DC * (DC + 1) + 3 * DC) * sizeof(float);
-    const size_t sm_state = ((size_t)2 * DCD * DC + DC * DJ + DCD * DJ + DC * DJ) * sizeof(float);
+    const size_t sm_state =
+        ((size_t)2 * DCD * DC + DC * DJ + DCD * DJ + DC * DJ + DCS) * sizeof(float);
     const size_t sm_out = ((size_t)DC * KP + DCD * DO + DC * PP + DC * DO + DC) * sizeof(float);
     CW_CUDA_TRY(err, cudaFuncSetAttribute(dc_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           (int)sm_prep));
