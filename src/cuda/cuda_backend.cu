@@ -300,8 +300,11 @@ static size_t scratch_bytes(struct cw_cuda_model *M)
     struct cw_err ignore = {0, {0}};
     visit_all(need_mat, &s, &M->dw, &ignore);
     const struct cw_k_attn_dims ad = cw_cuda_attn_dims(hp);
+    const struct cw_k_deltanet_dims dd = cw_cuda_dn_dims(hp);
     for (int i = 0; i < 3; i++) {
         size_t a = cw_k_attn_scratch(&ad, s.n[i], M->base.n_ctx_max);
+        s.bytes = a > s.bytes ? a : s.bytes;
+        a = cw_k_deltanet_scratch(&dd, s.n[i]);
         s.bytes = a > s.bytes ? a : s.bytes;
         for (uint32_t il = 0; il <= hp->n_layer && hp->arch == CW_ARCH_QWEN35MOE; il++) {
             const struct cw_qwen35_layer_w *l =

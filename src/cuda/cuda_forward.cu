@@ -79,20 +79,12 @@ static int mm_xs(struct cw_cuda_model *M, struct cw_bseq *s, int n_w,
                              s->scratch, err);
 }
 
-static struct cw_k_deltanet_dims dn_dims(const struct cw_qwen35_hparams *hp)
-{
-    struct cw_k_deltanet_dims d = {(int)hp->ssm_n_k_heads, (int)hp->ssm_n_v_heads,
-                                   (int)hp->ssm_d_state,   (int)hp->ssm_d_state,
-                                   (int)hp->ssm_conv,      hp->eps};
-    return d;
-}
-
 /* Gated DeltaNet, §3.2: four projections, the recurrent core, ssm_out (+h). */
 static int deltanet(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen35_ssm_w *l,
                     struct cw_cuda_layer_state *st, int64_t n, const struct next_norm *nx,
                     struct cw_err *err)
 {
-    const struct cw_k_deltanet_dims d = dn_dims(&M->dw.hp);
+    const struct cw_k_deltanet_dims d = cw_cuda_dn_dims(&M->dw.hp);
     const struct cw_k_deltanet_w w = {(const float *)l->conv1d.data, (const float *)l->dt.data,
                                       (const float *)l->a.data, (const float *)l->norm.data};
     const struct cw_wt *in[4] = {&l->qkv, &l->gate, &l->beta, &l->alpha};
@@ -100,7 +92,7 @@ static int deltanet(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_
     if (mm_xs(M, s, 4, in, out, n, err))
         return -1;
     if (cw_k_deltanet(M->c, &d, &w, st->conv, st->delta, n, s->m, s->z, s->beta, s->alpha, s->y,
-                      err))
+                      s->scratch, err))
         return -1;
     return mm_add_norm(M, s, &l->out, s->y, l->out.ne[0], n, NULL, nx, err);
 }

@@ -102,4 +102,13 @@ static inline struct cw_k_attn_dims cw_cuda_attn_dims(const struct cw_qwen35_hpa
     return d;
 }
 
+/* The DeltaNet kernel's dimensions from the model's (forward and scratch sizing). */
+static inline struct cw_k_deltanet_dims cw_cuda_dn_dims(const struct cw_qwen35_hparams *hp)
+{
+    struct cw_k_deltanet_dims d = {(int)hp->ssm_n_k_heads, (int)hp->ssm_n_v_heads,
+                                   (int)hp->ssm_d_state,   (int)hp->ssm_d_state,
+                                   (int)hp->ssm_conv,      hp->eps};
+    return d;
+}
+
 #endif

@@ -1,8 +1,9 @@
 /* k_deltanet.cu — the Gated DeltaNet layer core on the GPU (kernels.h:
  * cw_k_deltanet): gates, causal depthwise conv + SiLU, q/k L2 norm, the
  * delta-rule recurrence and the gated RMSNorm, for n_tok tokens of one
- * sequence, in two launches. The projections around it are cw_k_matmul's.
+ * sequence. The projections around it are cw_k_matmul's. Two paths:
  *
+ * Sequential (decode, short calls, or no scratch), two launches:
  * recur_kernel: one block per (v-head, slice of DN_COLS state columns). It
  *   loads its columns of S into registers once, then walks the tokens in
  *   chunks of DN_CHUNK: the conv + SiLU of the channels it needs (q and k of
@@ -12,12 +13,58 @@
  *   but never writes it: other blocks read the same channels. The raw o goes
  *   to y.
  * norm_kernel: the gated RMSNorm of every (token, head) row of y in place,
- *   and the conv-state shift (after recur_kernel, by stream order).
+ *   and the conv-state shift (after the recurrence, by stream order).
+ * Every value a token produces is computed by the same thread mapping and
+ * reduction order whatever the chunk, slice or n_tok, so n tokens in one
+ * call and n single-token calls give bit-identical outputs and state.
  *
- * Determinism: every value a token produces is computed by the same thread
- * mapping and reduction order whatever the chunk, slice or n_tok, so n
- * tokens in one call and n single-token calls give bit-identical outputs
- * and state. */
+ * Chunked (n_tok >= DC_MIN_TOK with scratch, dk = dv = 128), five launches.
+ * Per v-head, with S the dk×dv state (S[i][j], key i), a chunk of L <= DC
+ * tokens starting from state S0, G_t = Σ_{s<=t} g_s (in-chunk cumulative log
+ * decay), Γ_t = e^{G_t}, the sequential rule S_t = γ_t S_{t-1} + k_t δ_tᵀ,
+ * δ_t = β_t (v_t − γ_t S_{t-1}ᵀ k_t), o_t = S_tᵀ q_t / sqrt(dk) unrolls to
+ *   (I + A) Δ = diag(β) V − diag(βΓ) K S0,  A[t][s] = β_t e^{G_t−G_s} k_t·k_s (s < t)
+ *   Δ = U − W S0,  T = (I + A)^{-1},  U = T diag(β) V,  W = T diag(βΓ) K
+ *   O = (diag(Γ) Q S0 + P Δ) / sqrt(dk),  P[t][s] = e^{G_t−G_s} q_t·k_s (s <= t)
+ *   S_L = Γ_L S0 + Σ_s e^{G_L−G_s} k_s δ_sᵀ
+ * (every exponent G_t − G_s <= 0: no overflow, an underflow only drops a
+ * contribution that is below f32 anyway).
+ * dc_prep_kernel:  per token: conv + SiLU of all channels, the q/k L2 norms
+ *   (the sequential path's arithmetic, so the same q̂/k̂ bits), β and g.
+ * dc_tri_kernel:   per (chunk, v-head): G, the Grams, A, T by forward
+ *   substitution, W (stored transposed), U, P and the decay scalars.
+ * dc_state_kernel: per (v-head, DJ state columns): the only sequential part,
+ *   chunk by chunk: stores S0, Δ = U − W S0 (into y), S ← Γ_L S0 + K̃ᵀΔ.
+ * dc_out_kernel:   per (chunk, v-head, DO columns): O from q̂, S0, P and Δ,
+ *   over Δ in y.
+ * norm_kernel:     as in the sequential path.
+ * All f32, fixed reduction orders, no atomics: same bits every run; a
+ * token's bits depend on where the chunk boundaries (every DC tokens from
+ * the call's first token) fall, on nothing else.
+ *
+ * Error of the chunked path. With ‖k̂‖ <= 1 and β ∈ (0,1) each step's map
+ * S ← γ(I − β k̂k̂ᵀ)S is a contraction, so a perturbation of the state (or of
+ * one δ_s, which is the perturbation k̂_s e_sᵀ) never grows. Column s of T is
+ * the response of the δ's to a unit δ_s, so |T[t][s]| <= 1; likewise every
+ * other intermediate (U, W S0, PΔ, Γ·QS0) is a sum of at most DC or dk terms
+ * each bounded by the inputs and the state. So the chunked path's rounding
+ * is a sum of per-chunk errors of relative size ~ u·sqrt(dk + DC) per dot
+ * (u = 2^-24; dk-term dots with S0, DC-term dots inside the chunk, plus the
+ * DC-term products with T), carried by a contracting map, instead of the
+ * sequential path's dk-term dots per token. Against the CPU reference we
+ * assert rel = max|gpu − cpu| / max|cpu| <= 8·u·sqrt(dk·n + dv + DC·(DC + dk))
+ * (the sequential bound plus one chunk's worth of T, W and P terms; the
+ * factor 8 as in the test: the max over ~1e5 values and two sides' errors),
+ * and the same between the chunked and the sequential GPU paths. A formula
+ * or index bug gives rel ~ 1. Measured (test_gpu_deltanet_attn, H200, 35B
+ * dims): rel <= 2.0e-6 (y) and 7.4e-7 (state) from 32 to 2048 tokens,
+ * correlated keys included, against bounds of 6e-5 .. 2.5e-4; the
+ * sequential path's own error vs the CPU is 2e-7 .. 7e-7.
+ *
+ * Speed (CWEN_GPU_BENCH=1, µs per token per layer, Hv = 32): sequential
+ * 1.97 at 512 and 2.33 at 2048 tokens; chunked 0.44 and 0.40. The chunked
+ * call costs ~85 µs up to ~64 tokens, so it breaks even with the sequential
+ * path near 48 tokens (slower at 32, faster from 64). */
 #include "cuda/cuda_common.cuh"
 #include "cuda/kernels.h"
 
@@ -254,10 +301,544 @@ static __global__ void __launch_bounds__(DN_NORM_THREADS) norm_kernel(dn_args a)
         o[i] = o[i] * s * a.norm[i] * dn_silu(z[i]);
 }
 
+/* ---- the chunked path ------------------------------------------------------ */
+
+#define DC 64                 // tokens per chunk
+#define DCD 128               // d_k = d_v the chunked kernels are written for
+#define DC_MIN_TOK 32         // shortest call that takes the chunked path (break-even ~48)
+#define KP (DCD + 4)          // padded row of a [DC][DCD] tile: rows on distinct banks
+#define DJ 16                 // state columns per dc_state_kernel block
+#define DO 64                 // output columns per dc_out_kernel block
+#define PP (DC + 4)           // padded row of P in dc_out_kernel
+#define DCS (2 * DC + 4)      // decay scalars per (chunk, head): Γ_t, Γ_L/Γ_s, Γ_L
+#define DC_THREADS 256
+#define DS_THREADS 128
+
+struct dc_args {
+    dn_args a;
+    int64_t nc;                   // chunks
+    float *u;                     // [n_tok][C] conv + SiLU, q/k normed
+    float *beta, *g;              // [n_tok][Hv]
+    float *wt;                    // [nc][Hv][DCD][DC] Wᵀ
+    float *uu;                    // [nc][Hv][DC][DCD] U
+    float *p;                     // [nc][Hv][DC][DC] P
+    float *sc;                    // [nc][Hv][DCS]
+    float *s0;                    // [nc][Hv][DCD i][DCD j] state at each chunk's start
+};
+
+/* Scratch segments in floats, each rounded to 64 (256-byte starts). */
+struct dc_layout {
+    int64_t u, beta, g, wt, uu, p, sc, s0, total;
+};
+
+static int64_t dc_round(int64_t n)
+{
+    return (n + 63) / 64 * 64;
+}
+
+static struct dc_layout dc_plan(int hk, int hv, int64_t n_tok)
+{
+    const int64_t C = 2 * (int64_t)hk * DCD + (int64_t)hv * DCD, nc = (n_tok + DC - 1) / DC;
+    const int64_t nh = nc * hv;
+    struct dc_layout l;
+    int64_t o = 0;
+    l.u = o, o += dc_round(n_tok * C);
+    l.beta = o, o += dc_round(n_tok * hv);
+    l.g = o, o += dc_round(n_tok * hv);
+    l.wt = o, o += dc_round(nh * DCD * DC);
+    l.uu = o, o += dc_round(nh * DC * DCD);
+    l.p = o, o += dc_round(nh * DC * DC);
+    l.sc = o, o += dc_round(nh * DCS);
+    l.s0 = o, o += dc_round(nh * DCD * DCD);
+    l.total = o;
+    return l;
+}
+
+static bool dc_fits(const struct cw_k_deltanet_dims *d)
+{
+    const int64_t C = 2 * (int64_t)d->n_k_head * d->d_k + (int64_t)d->n_v_head * d->d_v;
+    return d->d_k == DCD && d->d_v == DCD && C * (int64_t)sizeof(float) <= 200 * 1024;
+}
+
+/* Per token: conv + SiLU of every channel, the q/k norms as recur_kernel
+ * computes them (same order, same bits), β and g = softplus(α + dt_bias)·a. */
+static __global__ void __launch_bounds__(DC_THREADS) dc_prep_kernel(dc_args b)
+{
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    extern __shared__ float sm[];
+    const dn_args &a = b.a;
+    const int64_t t = blockIdx.x;
+    for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x)
+        sm[c] = dn_conv(a, c, t);
+    for (int h = threadIdx.x; h < a.hv; h += blockDim.x) {
+        const int64_t r = t * a.hv + h;
+        b.beta[r] = dn_sigmoid(a.beta_logit[r]);
+        const float x = a.alpha[r] + a.dt_bias[h];
+        const float sp = x > 20.0f ? x : logf(1.0f + expf(x)); // softplus as the CPU
+        b.g[r] = sp * a.ssm_a[h];
+    }
+    __syncthreads(); // conv outputs complete before the norms read them
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, dk = a.dk;
+    for (int row = warp; row < 2 * a.hk; row += DC_THREADS / 32) {
+        float *x = sm + (int64_t)row * dk; // q heads, then k heads
+        float ss = 0.0f;
+#pragma unroll
+        for (int r = 0; r < DN_MAXR; r++) {
+            const int i = lane + 32 * r;
+            if (i < dk)
+                ss = fmaf(x[i], x[i], ss);
+        }
+        ss = cw_warp_sum(ss);
+        const float fn = (float)dk;
+        const float s = 1.0f / sqrtf(ss / fn + a.eps / fn);
+        const float s2 = 1.0f / sqrtf(fn);
+#pragma unroll
+        for (int r = 0; r < DN_MAXR; r++) {
+            const int i = lane + 32 * r;
+            if (i < dk)
+                x[i] = x[i] * s * s2;
+        }
+    }
+    __syncthreads(); // normed rows visible to every thread
+    float *ut = b.u + t * a.C;
+    for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x)
+        ut[c] = sm[c];
+}
+
+/* 16 bytes global -> shared without a register round trip: every copy a
+ * thread issues is in flight at once (plain loads followed by shared stores
+ * through generic pointers serialise on the global latency). dc_cp_wait
+ * waits for the thread's own copies; a barrier after it publishes them. */
+static __device__ __forceinline__ void dc_cp16(float *dst, const float *src)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+
+static __device__ __forceinline__ void dc_cp_wait(void)
+{
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+/* Starts copying rows [0, DC) of one head's DCD channels of src (row stride
+ * C) into a [DC][KP] tile; rows at or past L are zeroed. */
+static __device__ __forceinline__ void dc_load_rows(float *dst, const float *src, int64_t C, int L)
+{
+    for (int idx = threadIdx.x; idx < DC * DCD / 4; idx += blockDim.x) {
+        const int t = idx / (DCD / 4), i4 = (idx % (DCD / 4)) * 4;
+        if (t < L)
+            dc_cp16(dst + t * KP + i4, src + t * C + i4);
+        else
+            *(float4 *)(dst + t * KP + i4) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
+/* Per (chunk, v-head): everything of the chunk that does not need S0. */
+static __global__ void __launch_bounds__(DC_THREADS) dc_tri_kernel(dc_args b)
+{
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    extern __shared__ float sm[];
+    float *sk = sm;               // [DC][KP] k̂
+    float *sq = sk + DC * KP;     // [DC][KP] q̂, then v
+    float *sa = sq + DC * KP;     // [DC][DC+1] A
+    float *st = sa + DC * (DC + 1); // [DC][DC+1] T
+    float *sG = st + DC * (DC + 1); // [DC] G_t
+    float *sb = sG + DC;          // [DC] β_t
+    float *sbg = sb + DC;         // [DC] β_t Γ_t
+    const dn_args &a = b.a;
+    const int c = blockIdx.x, h = blockIdx.y, kh = h % a.hk, tid = threadIdx.x;
+    const int64_t t0 = (int64_t)c * DC, ch = (int64_t)c * a.hv + h;
+    const int L = (int)min((int64_t)DC, a.n_tok - t0);
+    const float *u0 = b.u + t0 * a.C;
+    dc_load_rows(sk, u0 + (int64_t)a.hk * DCD + (int64_t)kh * DCD, a.C, L);
+    dc_load_rows(sq, u0 + (int64_t)kh * DCD, a.C, L);
+    if (tid < DC) { // rows past L: g = 0, β = 0 (they change nothing)
+        sG[tid] = tid < L ? b.g[(t0 + tid) * a.hv + h] : 0.0f;
+        sb[tid] = tid < L ? b.beta[(t0 + tid) * a.hv + h] : 0.0f;
+    }
+    __syncthreads(); // g and β in shared memory
+    if (tid == 0) {
+        float G = 0.0f;
+        for (int t = 0; t < DC; t++) { // fixed order
+            G += sG[t];
+            sG[t] = G;
+            sbg[t] = sb[t] * expf(G);
+        }
+    }
+    dc_cp_wait();
+    __syncthreads(); // tiles and G ready
+
+    // The Grams k_t·k_s and q_t·k_s: rows tg + 16r, columns sg + 16r2.
+    {
+        const int tg = tid >> 4, sg = tid & 15;
+        float kk[4][4], qk[4][4];
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int r2 = 0; r2 < 4; r2++)
+                kk[r][r2] = qk[r][r2] = 0.0f;
+        for (int i = 0; i < DCD; i += 4) {
+            float4 kt[4], qt[4], ks[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                kt[r] = *(const float4 *)(sk + (tg + 16 * r) * KP + i);
+                qt[r] = *(const float4 *)(sq + (tg + 16 * r) * KP + i);
+                ks[r] = *(const float4 *)(sk + (sg + 16 * r) * KP + i);
+            }
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int r2 = 0; r2 < 4; r2++) {
+                    kk[r][r2] = fmaf(kt[r].x, ks[r2].x, kk[r][r2]);
+                    kk[r][r2] = fmaf(kt[r].y, ks[r2].y, kk[r][r2]);
+                    kk[r][r2] = fmaf(kt[r].z, ks[r2].z, kk[r][r2]);
+                    kk[r][r2] = fmaf(kt[r].w, ks[r2].w, kk[r][r2]);
+                    qk[r][r2] = fmaf(qt[r].x, ks[r2].x, qk[r][r2]);
+                    qk[r][r2] = fmaf(qt[r].y, ks[r2].y, qk[r][r2]);
+                    qk[r][r2] = fmaf(qt[r].z, ks[r2].z, qk[r][r2]);
+                    qk[r][r2] = fmaf(qt[r].w, ks[r2].w, qk[r][r2]);
+                }
+        }
+        float *P = b.p + ch * DC * DC;
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int r2 = 0; r2 < 4; r2++) {
+                const int t = tg + 16 * r, s = sg + 16 * r2;
+                const float e = s <= t ? expf(sG[t] - sG[s]) : 0.0f; // Γ_t/Γ_s <= 1
+                sa[t * (DC + 1) + s] = s < t ? sb[t] * e * kk[r][r2] : 0.0f;
+                P[t * DC + s] = e * qk[r][r2];
+                st[t * (DC + 1) + s] = t == s ? 1.0f : 0.0f;
+            }
+    }
+    __syncthreads(); // q̂ no longer read; A and the identity in place
+    dc_load_rows(sq, u0 + 2 * (int64_t)a.hk * DCD + (int64_t)h * DCD, a.C, L); // v
+
+    // T = (I + A)^{-1}, row by row: T[t][s] = −Σ_{s<=r<t} A[t][r] T[r][s].
+    // Four threads per column s, their partial sums combined in a fixed tree.
+    {
+        const int s = tid >> 2, p = tid & 3;
+        for (int t = 1; t < L; t++) {
+            float part = 0.0f;
+            if (s < t)
+                for (int r = s + p; r < t; r += 4)
+                    part = fmaf(sa[t * (DC + 1) + r], st[r * (DC + 1) + s], part);
+            part += __shfl_xor_sync(0xffffffffu, part, 1);
+            part += __shfl_xor_sync(0xffffffffu, part, 2);
+            if (s < t && p == 0)
+                st[t * (DC + 1) + s] = -part;
+            __syncthreads(); // row t complete before row t+1 reads it
+        }
+    }
+    dc_cp_wait();
+    __syncthreads(); // T and v complete (also when L == 1)
+
+    // W = T diag(βΓ) K (stored transposed) and U = T diag(β) V: rows
+    // 4tq..4tq+3, columns jg + 16r; T is lower triangular, so s <= 4tq+3.
+    {
+        const int tq = tid >> 4, jg = tid & 15;
+        float w[4][8], uv[4][8];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+#pragma unroll
+            for (int r = 0; r < 8; r++)
+                w[k][r] = uv[k][r] = 0.0f;
+        for (int s = 0; s < 4 * tq + 4; s++) {
+            float tw[4], tu[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float T = st[(4 * tq + k) * (DC + 1) + s];
+                tw[k] = T * sbg[s];
+                tu[k] = T * sb[s];
+            }
+#pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const float kv = sk[s * KP + jg + 16 * r], vv = sq[s * KP + jg + 16 * r];
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    w[k][r] = fmaf(tw[k], kv, w[k][r]);
+                    uv[k][r] = fmaf(tu[k], vv, uv[k][r]);
+                }
+            }
+        }
+        float *Wt = b.wt + ch * DCD * DC, *U = b.uu + ch * DC * DCD;
+#pragma unroll
+        for (int r = 0; r < 8; r++) {
+            const int i = jg + 16 * r;
+            *(float4 *)(Wt + i * DC + 4 * tq) = make_float4(w[0][r], w[1][r], w[2][r], w[3][r]);
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                U[(4 * tq + k) * DCD + i] = uv[k][r];
+        }
+    }
+    float *sc = b.sc + ch * DCS;
+    if (tid < DC) {
+        const float GL = sG[L - 1];
+        sc[tid] = expf(sG[tid]);                                 // Γ_t
+        sc[DC + tid] = tid < L ? expf(GL - sG[tid]) : 0.0f;      // Γ_L/Γ_s
+        if (tid == 0)
+            sc[2 * DC] = expf(GL);                               // Γ_L
+    }
+}
+
+/* Per (v-head, DJ columns): the state walk over the chunks. */
+static __global__ void __launch_bounds__(DS_THREADS) dc_state_kernel(dc_args b)
+{
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    extern __shared__ float sm[];
+    float *sw = sm;               // [DCD][DC] Wᵀ
+    float *sk = sw + DCD * DC;    // [DC][DCD] k̂ (rows < L)
+    float *su = sk + DC * DCD;    // [DC][DJ] U
+    float *ss = su + DC * DJ;     // [DCD][DJ] S0
+    float *sd = ss + DCD * DJ;    // [DC][DJ] Δ
+    float *sx = sd + DC * DJ;     // [DCS] the chunk's decay scalars
+    const dn_args &a = b.a;
+    const int h = blockIdx.x, kh = h % a.hk, j0 = blockIdx.y * DJ, tid = threadIdx.x;
+    const int ig = tid >> 3, jg = tid & 7; // state: keys 8ig..8ig+7, columns 2jg, 2jg+1
+    float S[8][2];
+    float *Sh = a.delta + (int64_t)h * DCD * DCD; // S_h[i][j] at j*dk + i
+#pragma unroll
+    for (int bc = 0; bc < 2; bc++) {
+        const float *src = Sh + (int64_t)(j0 + 2 * jg + bc) * DCD + 8 * ig;
+        const float4 x0 = *(const float4 *)src, x1 = *(const float4 *)(src + 4);
+        S[0][bc] = x0.x, S[1][bc] = x0.y, S[2][bc] = x0.z, S[3][bc] = x0.w;
+        S[4][bc] = x1.x, S[5][bc] = x1.y, S[6][bc] = x1.z, S[7][bc] = x1.w;
+    }
+    const int64_t ko = (int64_t)a.hk * DCD + (int64_t)kh * DCD, yrow = (int64_t)a.hv * DCD;
+    for (int64_t c = 0; c < b.nc; c++) {
+        const int64_t t0 = c * DC, ch = c * a.hv + h;
+        const int L = (int)min((int64_t)DC, a.n_tok - t0);
+        float *S0 = b.s0 + ch * DCD * DCD;
+#pragma unroll
+        for (int q = 0; q < 8; q++) {
+            const int i = 8 * ig + q;
+            const float2 v = make_float2(S[q][0], S[q][1]);
+            *(float2 *)(ss + i * DJ + 2 * jg) = v;
+            *(float2 *)(S0 + (int64_t)i * DCD + j0 + 2 * jg) = v;
+        }
+        const float *gw = b.wt + ch * DCD * DC;
+        for (int idx = tid; idx < DCD * DC / 4; idx += DS_THREADS)
+            dc_cp16(sw + 4 * idx, gw + 4 * idx);
+        for (int idx = tid; idx < L * (DCD / 4); idx += DS_THREADS) { // rows past L never read
+            const int s = idx / (DCD / 4), i4 = (idx % (DCD / 4)) * 4;
+            dc_cp16(sk + s * DCD + i4, b.u + (t0 + s) * a.C + ko + i4);
+        }
+        const float *gu = b.uu + ch * DC * DCD;
+        for (int idx = tid; idx < DC * DJ / 4; idx += DS_THREADS) {
+            const int t = idx / (DJ / 4), j4 = (idx % (DJ / 4)) * 4;
+            dc_cp16(su + t * DJ + j4, gu + t * DCD + j0 + j4);
+        }
+        if (tid < DCS / 4)
+            dc_cp16(sx + 4 * tid, b.sc + ch * DCS + 4 * tid);
+        dc_cp_wait();
+        __syncthreads(); // the chunk's tiles and S0 in shared memory
+        const float gl = sx[2 * DC];
+
+        // Δ = U − W S0: rows 4tq..4tq+3, columns 2jg, 2jg+1; into y.
+        {
+            const int tq = tid >> 3;
+            float acc[4][2];
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                acc[k][0] = acc[k][1] = 0.0f;
+#pragma unroll 4
+            for (int i = 0; i < DCD; i++) {
+                const float4 w = *(const float4 *)(sw + i * DC + 4 * tq);
+                const float2 sv = *(const float2 *)(ss + i * DJ + 2 * jg);
+                acc[0][0] = fmaf(w.x, sv.x, acc[0][0]), acc[0][1] = fmaf(w.x, sv.y, acc[0][1]);
+                acc[1][0] = fmaf(w.y, sv.x, acc[1][0]), acc[1][1] = fmaf(w.y, sv.y, acc[1][1]);
+                acc[2][0] = fmaf(w.z, sv.x, acc[2][0]), acc[2][1] = fmaf(w.z, sv.y, acc[2][1]);
+                acc[3][0] = fmaf(w.w, sv.x, acc[3][0]), acc[3][1] = fmaf(w.w, sv.y, acc[3][1]);
+            }
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int t = 4 * tq + k;
+                const float2 uv = *(const float2 *)(su + t * DJ + 2 * jg);
+                const float2 d = make_float2(uv.x - acc[k][0], uv.y - acc[k][1]);
+                *(float2 *)(sd + t * DJ + 2 * jg) = d;
+                if (t < L)
+                    *(float2 *)(a.y + (t0 + t) * yrow + (int64_t)h * DCD + j0 + 2 * jg) = d;
+            }
+        }
+        __syncthreads(); // Δ complete
+
+        // S ← Γ_L S0 + Σ_s k̂_s ((Γ_L/Γ_s) δ_s)ᵀ, s in order.
+#pragma unroll
+        for (int q = 0; q < 8; q++)
+            S[q][0] *= gl, S[q][1] *= gl;
+        for (int s = 0; s < L; s++) {
+            const float4 k0 = *(const float4 *)(sk + s * DCD + 8 * ig);
+            const float4 k1 = *(const float4 *)(sk + s * DCD + 8 * ig + 4);
+            float2 d = *(const float2 *)(sd + s * DJ + 2 * jg);
+            const float f = sx[DC + s];
+            d.x *= f, d.y *= f;
+            const float kv[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+#pragma unroll
+            for (int q = 0; q < 8; q++) {
+                S[q][0] = fmaf(kv[q], d.x, S[q][0]);
+                S[q][1] = fmaf(kv[q], d.y, S[q][1]);
+            }
+        }
+        __syncthreads(); // every thread done with the tiles before the next chunk's
+    }
+#pragma unroll
+    for (int bc = 0; bc < 2; bc++) {
+        float *dst = Sh + (int64_t)(j0 + 2 * jg + bc) * DCD + 8 * ig;
+        *(float4 *)dst = make_float4(S[0][bc], S[1][bc], S[2][bc], S[3][bc]);
+        *(float4 *)(dst + 4) = make_float4(S[4][bc], S[5][bc], S[6][bc], S[7][bc]);
+    }
+}
+
+/* Per (chunk, v-head, DO columns): O = (diag(Γ) Q S0 + P Δ)/sqrt(dk) over Δ
+ * in y (this block reads its rows and columns of Δ before writing them). */
+static __global__ void __launch_bounds__(DC_THREADS) dc_out_kernel(dc_args b)
+{
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    extern __shared__ float sm[];
+    float *sq = sm;               // [DC][KP] q̂
+    float *s0 = sq + DC * KP;     // [DCD][DO] S0 columns jb..
+    float *sp = s0 + DCD * DO;    // [DC][PP] P
+    float *sd = sp + DC * PP;     // [DC][DO] Δ
+    float *sg = sd + DC * DO;     // [DC] Γ_t
+    const dn_args &a = b.a;
+    const int c = blockIdx.x, h = blockIdx.y, jb = blockIdx.z * DO, kh = h % a.hk;
+    const int tid = threadIdx.x;
+    const int64_t t0 = (int64_t)c * DC, ch = (int64_t)c * a.hv + h, yrow = (int64_t)a.hv * DCD;
+    const int L = (int)min((int64_t)DC, a.n_tok - t0);
+    dc_load_rows(sq, b.u + t0 * a.C + (int64_t)kh * DCD, a.C, L);
+    const float *gs = b.s0 + ch * DCD * DCD + jb;
+    for (int idx = tid; idx < DCD * DO / 4; idx += DC_THREADS) {
+        const int i = idx / (DO / 4), j4 = (idx % (DO / 4)) * 4;
+        dc_cp16(s0 + i * DO + j4, gs + (int64_t)i * DCD + j4);
+    }
+    const float *gp = b.p + ch * DC * DC;
+    for (int idx = tid; idx < DC * DC / 4; idx += DC_THREADS) {
+        const int t = idx / (DC / 4), s4 = (idx % (DC / 4)) * 4;
+        dc_cp16(sp + t * PP + s4, gp + t * DC + s4);
+    }
+    float *yb = a.y + t0 * yrow + (int64_t)h * DCD + jb;
+    for (int idx = tid; idx < DC * DO / 4; idx += DC_THREADS) {
+        const int t = idx / (DO / 4), j4 = (idx % (DO / 4)) * 4;
+        if (t < L)
+            dc_cp16(sd + t * DO + j4, yb + t * yrow + j4);
+        else
+            *(float4 *)(sd + t * DO + j4) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    if (tid < DC / 4)
+        dc_cp16(sg + 4 * tid, b.sc + ch * DCS + 4 * tid);
+    dc_cp_wait();
+    __syncthreads(); // tiles ready (and every read of Δ in y done before any write)
+
+    const int tg = tid >> 4, jg = tid & 15; // rows tg + 16r, columns 4jg..4jg+3
+    float o1[4][4], o2[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            o1[r][j] = o2[r][j] = 0.0f;
+    for (int i = 0; i < DCD; i += 4) {
+        float4 q[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            q[r] = *(const float4 *)(sq + (tg + 16 * r) * KP + i);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            const float4 sv = *(const float4 *)(s0 + (i + kk) * DO + 4 * jg);
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const float qv = kk == 0 ? q[r].x : kk == 1 ? q[r].y : kk == 2 ? q[r].z : q[r].w;
+                o1[r][0] = fmaf(qv, sv.x, o1[r][0]);
+                o1[r][1] = fmaf(qv, sv.y, o1[r][1]);
+                o1[r][2] = fmaf(qv, sv.z, o1[r][2]);
+                o1[r][3] = fmaf(qv, sv.w, o1[r][3]);
+            }
+        }
+    }
+    for (int s = 0; s < DC; s += 4) {
+        float4 pv[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            pv[r] = *(const float4 *)(sp + (tg + 16 * r) * PP + s);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            const float4 dv = *(const float4 *)(sd + (s + kk) * DO + 4 * jg);
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const float p = kk == 0 ? pv[r].x : kk == 1 ? pv[r].y : kk == 2 ? pv[r].z : pv[r].w;
+                o2[r][0] = fmaf(p, dv.x, o2[r][0]);
+                o2[r][1] = fmaf(p, dv.y, o2[r][1]);
+                o2[r][2] = fmaf(p, dv.z, o2[r][2]);
+                o2[r][3] = fmaf(p, dv.w, o2[r][3]);
+            }
+        }
+    }
+    const float scale = 1.0f / sqrtf((float)DCD);
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        const int t = tg + 16 * r;
+        if (t >= L)
+            continue;
+        const float gt = sg[t];
+        *(float4 *)(yb + t * yrow + 4 * jg) =
+            make_float4(fmaf(gt, o1[r][0], o2[r][0]) * scale, fmaf(gt, o1[r][1], o2[r][1]) * scale,
+                        fmaf(gt, o1[r][2], o2[r][2]) * scale, fmaf(gt, o1[r][3], o2[r][3]) * scale);
+    }
+}
+
+size_t cw_k_deltanet_scratch(const struct cw_k_deltanet_dims *d, int64_t n_tok)
+{
+    if (!dc_fits(d) || n_tok < DC_MIN_TOK || d->n_k_head <= 0 || d->n_v_head <= 0)
+        return 0;
+    return (size_t)dc_plan(d->n_k_head, d->n_v_head, n_tok).total * sizeof(float);
+}
+
+/* The chunked launches (dims checked, n_tok >= DC_MIN_TOK). */
+static int dc_run(struct cw_cuda *c, const dn_args &a, void *d_scratch, struct cw_err *err)
+{
+    const struct dc_layout l = dc_plan(a.hk, a.hv, a.n_tok);
+    float *f = (float *)d_scratch;
+    dc_args b;
+    b.a = a;
+    b.nc = (a.n_tok + DC - 1) / DC;
+    b.u = f + l.u, b.beta = f + l.beta, b.g = f + l.g, b.wt = f + l.wt, b.uu = f + l.uu;
+    b.p = f + l.p, b.sc = f + l.sc, b.s0 = f + l.s0;
+    if (b.nc * a.hv > 0x7fffffff || a.n_tok > 0x7fffffff)
+        return cw_errf(err, CW_ERR_UNSUPPORTED, "k_deltanet: %lld tokens is too many for one launch",
+                       (long long)a.n_tok);
+    const size_t sm_prep = (size_t)a.C * sizeof(float);
+    const size_t sm_tri = ((size_t)2 * DC * KP + 2 * DC * (DC + 1) + 3 * DC) * sizeof(float);
+    const size_t sm_state =
+        ((size_t)2 * DCD * DC + DC * DJ + DCD * DJ + DC * DJ + DCS) * sizeof(float);
+    const size_t sm_out = ((size_t)DC * KP + DCD * DO + DC * PP + DC * DO + DC) * sizeof(float);
+    CW_CUDA_TRY(err, cudaFuncSetAttribute(dc_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)sm_prep));
+    CW_CUDA_TRY(err, cudaFuncSetAttribute(dc_tri_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)sm_tri));
+    CW_CUDA_TRY(err, cudaFuncSetAttribute(dc_state_kernel,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm_state));
+    CW_CUDA_TRY(err, cudaFuncSetAttribute(dc_out_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)sm_out));
+    CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, dc_prep_kernel, dim3((unsigned)a.n_tok),
+                               dim3(DC_THREADS), sm_prep, b));
+    CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, dc_tri_kernel, dim3((unsigned)b.nc, (unsigned)a.hv),
+                               dim3(DC_THREADS), sm_tri, b));
+    CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, dc_state_kernel,
+                               dim3((unsigned)a.hv, (unsigned)(DCD / DJ)), dim3(DS_THREADS), sm_state,
+                               b));
+    CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, dc_out_kernel,
+                               dim3((unsigned)b.nc, (unsigned)a.hv, (unsigned)(DCD / DO)),
+                               dim3(DC_THREADS), sm_out, b));
+    return 0;
+}
+
 int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
                   const struct cw_k_deltanet_w *w, float *d_conv_state, float *d_delta_state,
                   int64_t n_tok, const float *d_m, const float *d_z, const float *d_beta_logit,
-                  const float *d_alpha, float *d_y, struct cw_err *err)
+                  const float *d_alpha, float *d_y, void *d_scratch, struct cw_err *err)
 {
     if (d->n_k_head <= 0 || d->n_v_head <= 0 || d->d_k <= 0 || d->d_v <= 0 || d->d_conv <= 0 ||
         d->n_v_head % d->n_k_head)
@@ -291,10 +872,15 @@ int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
     a.alpha = d_alpha;
     a.y = d_y;
 
-    const size_t smem = ((size_t)DN_CHUNK * (2 * a.dk + DN_COLS) + 2 * DN_CHUNK) * sizeof(float);
-    const dim3 grid1((unsigned)a.hv, (unsigned)((a.dv + DN_COLS - 1) / DN_COLS));
-    CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, recur_kernel, grid1, dim3(DN_WARPS * 32), smem,
-                               a));
+    if (d_scratch && dc_fits(d) && n_tok >= DC_MIN_TOK) {
+        if (dc_run(c, a, d_scratch, err))
+            return -1;
+    } else {
+        const size_t smem = ((size_t)DN_CHUNK * (2 * a.dk + DN_COLS) + 2 * DN_CHUNK) * sizeof(float);
+        const dim3 grid1((unsigned)a.hv, (unsigned)((a.dv + DN_COLS - 1) / DN_COLS));
+        CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, recur_kernel, grid1, dim3(DN_WARPS * 32),
+                                   smem, a));
+    }
     const int64_t n_rows = n_tok * a.hv;
     const int64_t n_conv_blocks = (a.C + DN_NORM_THREADS - 1) / DN_NORM_THREADS;
     if (n_rows + n_conv_blocks > 0x7fffffff)

@@ -179,11 +179,21 @@ struct cw_k_deltanet_w {
 
 /* The CPU's cw_deltanet_forward (cpu_deltanet.h: same inputs, same state
  * layout conv [C][d_conv-1], delta [Hv][dv][dk], same order of steps) for
- * n_tok consecutive tokens of one sequence; state updated in place. */
+ * n_tok consecutive tokens of one sequence; state updated in place.
+ * d_scratch: NULL, or cw_k_deltanet_scratch(d, n) bytes for some n >= n_tok.
+ * Where that size is non-zero for n_tok (long calls, dk = dv = 128) and
+ * d_scratch is given, the chunked path runs (the same function within the
+ * bound in k_deltanet.cu's header; its bits depend on where 64-token chunk
+ * boundaries fall in the call); else the token-by-token path, for which n
+ * tokens in one call and n single calls give the same bits. */
 int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
                   const struct cw_k_deltanet_w *w, float *d_conv_state, float *d_delta_state,
                   int64_t n_tok, const float *d_m, const float *d_z, const float *d_beta_logit,
-                  const float *d_alpha, float *d_y, struct cw_err *err);
+                  const float *d_alpha, float *d_y, void *d_scratch, struct cw_err *err);
+
+/* Bytes of d_scratch for the chunked path of calls of n_tok tokens (0 where
+ * a call of n_tok tokens runs token by token anyway); grows with n_tok. */
+size_t cw_k_deltanet_scratch(const struct cw_k_deltanet_dims *d, int64_t n_tok);
 
 /* ---- gated attention core (k_attn.cu) ------------------------------------ */
 

@@ -4,7 +4,13 @@
  * decode run after a prompt with the state carried on the device, and
  * attention at depth ~5000. Also: n tokens in one call give bit-identical
  * outputs and state to n single-token calls, and a position past n_ctx
- * writes nothing. CWEN_GPU_BENCH=1 adds decode timings (CUDA events, median).
+ * writes nothing. cw_k_deltanet's chunked path (long calls with scratch) at
+ * the real widths: y, conv and delta state vs the CPU and vs the GPU's
+ * sequential path, at and just above the threshold, a partial last chunk, a
+ * second call from the first's state, correlated keys, 512 and 2048 tokens,
+ * Hv/Hk = 2 and 3, and the same bits on a second run. CWEN_GPU_BENCH=1 adds
+ * decode timings and prefill µs per token per layer, sequential vs chunked
+ * (CUDA events, median).
  *
  * Bounds. Both sides compute in f32; they differ only in the order of the
  * sums (the GPU's warp trees vs the CPU's left-to-right loops) and in a few
@@ -160,13 +166,13 @@ static void dn_free(struct cw_cuda *c, struct dn_case *k)
 
 static int dn_run(struct cw_cuda *c, const struct dn_case *k, float *d_cs, float *d_ds, int64_t n,
                   const float *d_m, const float *d_z, const float *d_b, const float *d_al,
-                  float *d_y)
+                  float *d_y, void *d_scr)
 {
     struct cw_err err = {0};
     const struct cw_k_deltanet_dims kd = {k->d.n_k_head, k->d.n_v_head, k->d.d_k, k->d.d_v,
                                           k->d.d_conv, k->d.eps};
     const struct cw_k_deltanet_w w = {k->d_conv, k->d_dt, k->d_a, k->d_norm};
-    if (cw_k_deltanet(c, &kd, &w, d_cs, d_ds, n, d_m, d_z, d_b, d_al, d_y, &err)) {
+    if (cw_k_deltanet(c, &kd, &w, d_cs, d_ds, n, d_m, d_z, d_b, d_al, d_y, d_scr, &err)) {
         printf("not ok - cw_k_deltanet: %s\n", err.msg);
         return -1;
     }
@@ -200,10 +206,10 @@ static void dn_check(struct cw_cuda *c, struct dn_case *k, const char *name, int
     cw_cuda_memset(c, d_cs, 0, (size_t)k->ns * sizeof(float), &e2);
     cw_cuda_memset(c, d_ds, 0, (size_t)k->nd * sizeof(float), &e2);
     poison(c, d_y, (size_t)(n * k->vd) * sizeof(float));
-    int rc = dn_run(c, k, d_cs, d_ds, n_pre, d_m, d_z, d_b, d_al, d_y);
+    int rc = dn_run(c, k, d_cs, d_ds, n_pre, d_m, d_z, d_b, d_al, d_y, NULL);
     for (int64_t t = n_pre; t < n && !rc; t++)
         rc = dn_run(c, k, d_cs, d_ds, 1, d_m + t * k->C, d_z + t * k->vd, d_b + t * hv,
-                    d_al + t * hv, d_y + t * k->vd);
+                    d_al + t * hv, d_y + t * k->vd, NULL);
     ok(!rc, "%s: launches", name);
     get(c, gy, d_y, (size_t)(n * k->vd) * sizeof(float));
     get(c, gcs, d_cs, (size_t)k->ns * sizeof(float));
@@ -226,7 +232,7 @@ static void dn_check(struct cw_cuda *c, struct dn_case *k, const char *name, int
         rc = 0;
         for (int64_t t = 0; t < n && !rc; t++)
             rc = dn_run(c, k, d_cs, d_ds, 1, d_m + t * k->C, d_z + t * k->vd, d_b + t * hv,
-                        d_al + t * hv, d_y + t * k->vd);
+                        d_al + t * hv, d_y + t * k->vd, NULL);
         get(c, gy1, d_y, (size_t)(n * k->vd) * sizeof(float));
         get(c, gcs1, d_cs, (size_t)k->ns * sizeof(float));
         get(c, gds1, d_ds, (size_t)k->nd * sizeof(float));
@@ -241,6 +247,106 @@ static void dn_check(struct cw_cuda *c, struct dn_case *k, const char *name, int
     cw_cuda_free(c, d_y), cw_cuda_free(c, d_cs), cw_cuda_free(c, d_ds);
     free(m), free(z), free(bl), free(al), free(y), free(gy), free(cs), free(ds), free(gcs);
     free(gds), free(scr);
+}
+
+static struct cw_k_deltanet_dims dn_kdims(const struct dn_case *k)
+{
+    const struct cw_k_deltanet_dims kd = {k->d.n_k_head, k->d.n_v_head, k->d.d_k, k->d.d_v,
+                                          k->d.d_conv, k->d.eps};
+    return kd;
+}
+
+/* The shortest call that takes the chunked path (0: none up to 4096). */
+static int64_t dn_chunk_min(const struct dn_case *k)
+{
+    const struct cw_k_deltanet_dims kd = dn_kdims(k);
+    for (int64_t n = 1; n <= 4096; n++)
+        if (cw_k_deltanet_scratch(&kd, n) > 0)
+            return n;
+    return 0;
+}
+
+/* One run on the GPU from zero state: n1 tokens, then n2 more from the
+ * state the first call left (n2 may be 0), with scratch d_scr or NULL. */
+static int dn_run2(struct cw_cuda *c, const struct dn_case *k, float *d_cs, float *d_ds,
+                   int64_t n1, int64_t n2, const float *d_m, const float *d_z, const float *d_b,
+                   const float *d_al, float *d_y, void *d_scr, float *y, float *cs, float *ds)
+{
+    struct cw_err e = {0};
+    const int64_t n = n1 + n2, hv = k->d.n_v_head;
+    cw_cuda_memset(c, d_cs, 0, (size_t)k->ns * sizeof(float), &e);
+    cw_cuda_memset(c, d_ds, 0, (size_t)k->nd * sizeof(float), &e);
+    poison(c, d_y, (size_t)(n * k->vd) * sizeof(float));
+    int rc = dn_run(c, k, d_cs, d_ds, n1, d_m, d_z, d_b, d_al, d_y, d_scr);
+    if (!rc && n2 > 0)
+        rc = dn_run(c, k, d_cs, d_ds, n2, d_m + n1 * k->C, d_z + n1 * k->vd, d_b + n1 * hv,
+                    d_al + n1 * hv, d_y + n1 * k->vd, d_scr);
+    get(c, y, d_y, (size_t)(n * k->vd) * sizeof(float));
+    get(c, cs, d_cs, (size_t)k->ns * sizeof(float));
+    get(c, ds, d_ds, (size_t)k->nd * sizeof(float));
+    return rc;
+}
+
+/* The chunked path (n1 tokens, then n2 from the state left) against the CPU
+ * reference and the GPU's sequential path on the same inputs, and against
+ * itself run again (bit for bit). corr: m drawn around a common mean, so the
+ * keys of a head point alike (k_t·k_s near 1: the intra-chunk triangular
+ * system far from the identity, the case where the UT form could lose
+ * accuracy). Bound (k_deltanet.cu's header): 8·u·sqrt(dk·n + dv + 64·(64 + dk)). */
+static void dn_check_chunked(struct cw_cuda *c, struct dn_case *k, const char *name, int64_t n1,
+                             int64_t n2, int corr)
+{
+    const int64_t n = n1 + n2, hv = k->d.n_v_head;
+    const struct cw_k_deltanet_dims kd = dn_kdims(k);
+    const size_t sb = cw_k_deltanet_scratch(&kd, n1 > n2 ? n1 : n2);
+    ok(sb > 0 && cw_k_deltanet_scratch(&kd, n1) > 0, "%s: n=%lld takes no chunked path", name,
+       (long long)n1);
+    if (!sb)
+        return;
+    float *m = randn(n * k->C, corr ? 1.0f : 0.0f, corr ? 0.25f : 1.0f);
+    float *z = randn(n * k->vd, 0.0f, 1.0f), *bl = randn(n * hv, 0.0f, 1.0f);
+    float *al = randn(n * hv, 0.0f, 1.0f);
+    const size_t yb = (size_t)(n * k->vd) * sizeof(float), cb = (size_t)k->ns * sizeof(float);
+    const size_t db = (size_t)k->nd * sizeof(float);
+    float *y = malloc(yb), *cs = calloc((size_t)k->ns, sizeof *cs), *ds = calloc((size_t)k->nd, sizeof *ds);
+    float *scr = malloc((size_t)cw_deltanet_scratch_floats(&k->d) * sizeof *scr);
+    struct cw_err err = {0};
+    struct cw_deltanet_weights w = {k->conv, k->dt_bias, k->ssm_a, k->norm};
+    struct cw_deltanet_state st = {cs, ds};
+    ok(!cw_deltanet_forward(&k->d, &w, &st, n, m, z, bl, al, y, scr, &err), "cpu: %s", err.msg);
+
+    float *d_m = up(c, m, (size_t)(n * k->C) * sizeof(float)), *d_z = up(c, z, yb);
+    float *d_b = up(c, bl, (size_t)(n * hv) * sizeof(float));
+    float *d_al = up(c, al, (size_t)(n * hv) * sizeof(float));
+    float *d_y = dev(c, yb), *d_cs = dev(c, cb), *d_ds = dev(c, db);
+    void *d_scr = dev(c, sb);
+    float *gy[3], *gcs[3], *gds[3]; /* chunked, chunked again, sequential */
+    int rc = 0;
+    for (int r = 0; r < 3; r++) {
+        gy[r] = malloc(yb), gcs[r] = malloc(cb), gds[r] = malloc(db);
+        rc |= dn_run2(c, k, d_cs, d_ds, n1, n2, d_m, d_z, d_b, d_al, d_y, r < 2 ? d_scr : NULL,
+                      gy[r], gcs[r], gds[r]);
+    }
+    ok(!rc, "%s: launches", name);
+    const double bound = 8.0 * U32 * sqrt((double)k->d.d_k * (double)n + k->d.d_v + 64.0 * (64.0 + k->d.d_k));
+    const double ey = rel_err(gy[0], y, n * k->vd), es = rel_err(gds[0], ds, k->nd);
+    const double qy = rel_err(gy[0], gy[2], n * k->vd), qs = rel_err(gds[0], gds[2], k->nd);
+    const double sy = rel_err(gy[2], y, n * k->vd), ss = rel_err(gds[2], ds, k->nd);
+    ok(ey <= bound, "%s chunked: output rel err %.3g > bound %.3g", name, ey, bound);
+    ok(es <= bound, "%s chunked: delta state rel err %.3g > bound %.3g", name, es, bound);
+    ok(!memcmp(gcs[0], cs, cb), "%s chunked: conv state differs", name);
+    ok(qy <= bound && qs <= bound, "%s chunked vs sequential GPU: y %.3g, state %.3g > %.3g", name,
+       qy, qs, bound);
+    ok(!memcmp(gy[0], gy[1], yb) && !memcmp(gds[0], gds[1], db) && !memcmp(gcs[0], gcs[1], cb),
+       "%s chunked: two runs differ", name);
+    note("deltanet chunked %-26s n=%lld+%lld%s: y rel %.2e state %.2e | vs seq GPU %.2e %.2e | "
+         "seq vs CPU %.2e %.2e (bound %.2e)",
+         name, (long long)n1, (long long)n2, corr ? " corr" : "", ey, es, qy, qs, sy, ss, bound);
+    for (int r = 0; r < 3; r++)
+        free(gy[r]), free(gcs[r]), free(gds[r]);
+    cw_cuda_free(c, d_m), cw_cuda_free(c, d_z), cw_cuda_free(c, d_b), cw_cuda_free(c, d_al);
+    cw_cuda_free(c, d_y), cw_cuda_free(c, d_cs), cw_cuda_free(c, d_ds), cw_cuda_free(c, d_scr);
+    free(m), free(z), free(bl), free(al), free(y), free(cs), free(ds), free(scr);
 }
 
 /* ---- attention ----------------------------------------------------------- */
@@ -510,13 +616,36 @@ static void bench(struct cw_cuda *c)
         cw_cuda_memset(c, d_cs, 0, (size_t)k.ns * 4, &err);
         cw_cuda_memset(c, d_ds, 0, (size_t)k.nd * 4, &err);
         double us = 0, us_p = 0;
-        BENCH(c, tm, dn_run(c, &k, d_cs, d_ds, 1, d_m, d_z, d_b, d_b, d_y), us);
+        BENCH(c, tm, dn_run(c, &k, d_cs, d_ds, 1, d_m, d_z, d_b, d_b, d_y, NULL), us);
         const double bytes = 2.0 * (k.nd + k.ns) * 4 + (k.C + 2.0 * k.vd + 2.0 * hvs[i]) * 4;
         note("bench: deltanet decode Hv=%d: %.2f us/call, %.0f GB/s (%.1f MB state r+w)", hvs[i],
              us, bytes / us * 1e-3, 2.0 * (k.nd + k.ns) * 4 / 1e6);
-        BENCH(c, tm, dn_run(c, &k, d_cs, d_ds, nt, d_m, d_z, d_b, d_b, d_y), us_p);
+        BENCH(c, tm, dn_run(c, &k, d_cs, d_ds, nt, d_m, d_z, d_b, d_b, d_y, NULL), us_p);
         note("bench: deltanet prefill Hv=%d n=%lld: %.1f us/call, %.3f us/token", hvs[i],
              (long long)nt, us_p, us_p / nt);
+        cw_cuda_free(c, d_m), cw_cuda_free(c, d_z), cw_cuda_free(c, d_b), cw_cuda_free(c, d_y);
+        // Prefill per token per layer, sequential vs chunked, on random
+        // inputs (the decay and key geometry of the test).
+        const int64_t nts[7] = {16, 32, 48, 64, 128, 512, 2048};
+        const struct cw_k_deltanet_dims kd = dn_kdims(&k);
+        void *d_scr = dev(c, cw_k_deltanet_scratch(&kd, 2048));
+        float *hm = randn(2048 * k.C, 0.0f, 1.0f), *hz = randn(2048 * k.vd, 0.0f, 1.0f);
+        float *hb = randn(2048 * hvs[i], 0.0f, 1.0f);
+        d_m = up(c, hm, (size_t)(2048 * k.C) * 4), d_z = up(c, hz, (size_t)(2048 * k.vd) * 4);
+        d_b = up(c, hb, (size_t)2048 * hvs[i] * 4), d_y = dev(c, (size_t)(2048 * k.vd) * 4);
+        for (int j = 0; j < 7; j++) {
+            const int64_t n = nts[j];
+            double us_s = 0, us_c = 0;
+            cw_cuda_memset(c, d_ds, 0, (size_t)k.nd * 4, &err);
+            BENCH(c, tm, dn_run(c, &k, d_cs, d_ds, n, d_m, d_z, d_b, d_b, d_y, NULL), us_s);
+            cw_cuda_memset(c, d_ds, 0, (size_t)k.nd * 4, &err);
+            if (cw_k_deltanet_scratch(&kd, n) > 0)
+                BENCH(c, tm, dn_run(c, &k, d_cs, d_ds, n, d_m, d_z, d_b, d_b, d_y, d_scr), us_c);
+            note("bench: deltanet prefill Hv=%d n=%4lld: sequential %8.1f us = %.3f us/tok/layer,"
+                 " chunked %8.1f us = %.3f us/tok/layer", hvs[i], (long long)n, us_s, us_s / n,
+                 us_c, us_c / n);
+        }
+        free(hm), free(hz), free(hb), cw_cuda_free(c, d_scr);
         cw_cuda_free(c, d_m), cw_cuda_free(c, d_z), cw_cuda_free(c, d_b), cw_cuda_free(c, d_y);
         cw_cuda_free(c, d_cs), cw_cuda_free(c, d_ds);
         dn_free(c, &k);
@@ -579,6 +708,23 @@ int main(void)
             if (i < 2 || ns[j] == 7)
                 dn_check(c, &k, dns[i].name, ns[j], 0);
         dn_check(c, &k, dns[i].name, 100, 64); // decode after a prompt, state on the device
+        const int64_t nmin = dn_chunk_min(&k);
+        if (i == 0)
+            ok(nmin == 0, "tiny dims take the chunked path from n=%lld", (long long)nmin);
+        if (i == 1) {
+            ok(nmin >= 2, "chunked threshold %lld", (long long)nmin);
+            note("deltanet: chunked path from n_tok = %lld", (long long)nmin);
+            dn_check_chunked(c, &k, dns[i].name, nmin, 0, 0);       // at the threshold
+            dn_check_chunked(c, &k, dns[i].name, nmin + 1, 0, 0);   // just above
+            dn_check_chunked(c, &k, dns[i].name, 100, 0, 0);        // a partial last chunk
+            dn_check_chunked(c, &k, dns[i].name, 200, 77, 0);       // from a non-zero state
+            dn_check_chunked(c, &k, dns[i].name, 130, 5, 0);        // then a sequential call
+            dn_check_chunked(c, &k, dns[i].name, 300, 0, 1);        // correlated keys
+            dn_check_chunked(c, &k, dns[i].name, 512, 0, 0);
+            dn_check_chunked(c, &k, dns[i].name, 2048, 0, 0);
+        }
+        if (i == 2)
+            dn_check_chunked(c, &k, dns[i].name, 100, 0, 0); // Hv/Hk = 3
         dn_free(c, &k);
     }
 
