@@ -4,25 +4,28 @@
  *
  * Steps of a launcher, all on the stream, no host synchronisation:
  *  1. sort (one block): a stable counting sort of the pairs by expert id —
- *     32 warps each count a contiguous segment of the pairs per expert, a
- *     scan turns the counts into per-(warp, expert) bases, each warp places
- *     its segment in order (ranks from __match_any_sync). The pair list is
- *     thus sorted by (expert, pair index): deterministic. Each expert's run
- *     is cut into tiles of BN pairs; the tile table (expert, first, count)
- *     and its length go to scratch. The grid is sized for the worst case
- *     (n_pairs/BN + min(n_pairs, XMAX) tiles); blocks past the length exit.
+ *     16 warps each count a contiguous segment of the pairs per expert (the
+ *     16 x XMAX counts in shared memory, 64 KB), a scan turns the counts into
+ *     per-(warp, expert) bases, each warp places its segment in order (ranks
+ *     from __match_any_sync). The pair list is thus sorted by (expert, pair
+ *     index): deterministic. Each expert's run is cut into tiles of BN pairs;
+ *     the tile table (expert, first, count) and its length go to scratch.
  *  2. to_f16: the activation rows (x per token for gate/up, act per pair for
  *     down) to f16, each row scaled by a power of two 2^s (exact) that puts
  *     its largest magnitude in [2^14, 2^15): no f16 overflow whatever the
  *     activations' range, and small values stay clear of f16's subnormals.
- *  3. the grouped GEMM: a block takes BM weight rows of one expert (gate/up:
- *     32 gate rows and the same 32 up rows, SwiGLU fused in the epilogue) and
- *     one tile of BN pairs; per K step of 256 it dequantises its weight tile
- *     (k_quant.cuh: exactly quant_dequant.c's f32 values) to f16 in shared
- *     memory, gathers the pairs' f16 rows beside it, and 4 warps multiply
- *     with nvcuda::wmma 16x16x16 (f16 in, f32 accumulate; sm_70+). The
- *     epilogue multiplies by 2^-s (exact) and writes act[pair][F], or, for
- *     down, y[pair][E] into scratch.
+ *  3. the grouped GEMM: a persistent grid (as many blocks as fit on the
+ *     chip) walks the work items (tile, row block); a row block is BM weight
+ *     rows of the tile's expert (gate/up: 64 gate rows and the same 64 up
+ *     rows, SwiGLU fused in the epilogue). Per K step of 256 a block
+ *     dequantises its weight tile (k_quant.cuh: exactly quant_dequant.c's
+ *     f32 values) to f16 in shared memory — its loads prefetched into L2
+ *     PF_AHEAD steps before — while the pairs' f16 rows arrive by cp.async
+ *     one step ahead (double buffer), and 8 warps multiply with
+ *     nvcuda::wmma 16x16x16 (f16 in, f32 accumulate; sm_70+), skipping the
+ *     second 16 pairs of a tile that has at most 16. The epilogue
+ *     multiplies by 2^-s (exact) and writes act[pair][F], or, for down,
+ *     y[pair][E] into scratch.
  *  4. combine (down): per token h += Σ_k wts[k]·y[t*K+k] as an fma chain in
  *     order k = 0..K-1 (no atomics: deterministic).
  *
@@ -43,22 +46,28 @@
 
 using namespace nvcuda;
 
-#define BM 64                /* weight rows per block */
+#define BM 128               /* weight rows per block */
 #define BN 32                /* pairs per tile */
 #define KS 256               /* elements per K step (a multiple of every QK) */
 #define LDS (KS + 8)         /* shared row stride in halves: 16-byte pad against bank conflicts */
 #define LDC (BM + 4)         /* epilogue stride in floats */
-#define THREADS 128          /* 4 warps, 16 weight rows each */
+#define THREADS 256          /* 8 warps, 16 weight rows each */
+#define WPT 4                /* weight rows per thread in the dequantisation (32 apart) */
+#define PF_AHEAD 2           /* K steps of weights prefetched into L2 ahead of their use */
 #define XMAX CW_K_MOE_GEMM_XMAX
-#define SORT_THREADS 1024    /* = XMAX: one thread per expert in the scans */
-#define SMEM_BYTES ((BM + BN) * LDS * 2 + BN * 4)
+#define SORT_THREADS 512     /* = XMAX / 2: two experts per thread in the scans */
+#define SW (SORT_THREADS / 32) /* warps of the sort, one segment of the pairs each */
+#define SORT_SMEM (SW * XMAX * 4)
+#define XPT (BN * (KS / 8) / THREADS) /* 16-byte x granules per thread per K step */
+/* Ws [BM][LDS], Xs [2][BN][LDS] (double buffered): 99 KB, what sm_86/89 allow */
+#define SMEM_BYTES ((BM + 2 * BN) * LDS * 2)
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 /* ---- scratch layout ------------------------------------------------------ */
 
 struct mg_layout {
-    size_t wcnt, ntile, tiles, pairs, xe, xh, y, total;
+    size_t ntile, tiles, pairs, xe, xh, y, total;
     int64_t n_pairs, max_tiles;
 };
 
@@ -68,7 +77,6 @@ static mg_layout mg_lay(int64_t E, int64_t F, int K, int64_t n_tok)
     L.n_pairs = n_tok * K;
     L.max_tiles = L.n_pairs / BN + (L.n_pairs < XMAX ? L.n_pairs : XMAX);
     size_t o = 0;
-    L.wcnt = o, o += align256((size_t)32 * XMAX * 4);
     L.ntile = o, o += 256;
     L.tiles = o, o += align256((size_t)L.max_tiles * 16);
     L.pairs = o, o += align256((size_t)L.n_pairs * 4);
@@ -90,7 +98,6 @@ size_t cw_k_moe_gemm_scratch(int64_t E, int64_t F, int K, int64_t n_tok)
 struct sort_args {
     const int32_t *ids;
     int n_pairs;
-    int *wcnt;   /* [32][XMAX] per-warp counts, then bases */
     int *ntile;  /* tiles written */
     int4 *tiles; /* (expert, first sorted index, pairs, 0) */
     int *pairs;  /* pair indices sorted by (expert, index) */
@@ -117,11 +124,14 @@ static __device__ int block_excl_scan(int v, int *sh)
 
 static __global__ void __launch_bounds__(SORT_THREADS) sort_kernel(const sort_args a)
 {
+    /* wcnt [SW][XMAX]: per-warp counts, then bases; in shared memory so that
+     * the per-expert loops over the warps cost no global round trips */
+    extern __shared__ int wcnt[];
     __shared__ int sh[SORT_THREADS];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int seg = (a.n_pairs + 31) / 32, p0 = warp * seg;
+    const int seg = (a.n_pairs + SW - 1) / SW, p0 = warp * seg;
     const int p1 = min(p0 + seg, a.n_pairs);
-    int *wc = a.wcnt + warp * XMAX;
+    int *wc = wcnt + warp * XMAX;
     for (int e = lane; e < XMAX; e += 32)
         wc[e] = 0;
     __syncwarp();
@@ -134,22 +144,32 @@ static __global__ void __launch_bounds__(SORT_THREADS) sort_kernel(const sort_ar
         __syncwarp();
     }
     __syncthreads();
-    /* thread e: per-warp bases within expert e, the expert's total */
-    int e = tid, c = 0;
-    for (int w = 0; w < 32; w++) {
-        int v = a.wcnt[w * XMAX + e];
-        a.wcnt[w * XMAX + e] = c;
-        c += v;
+    /* thread tid owns experts 2 tid and 2 tid + 1: per-warp bases within
+     * each, the experts' totals c[] */
+    int c[2], off[2], nt[2], tb[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int e = 2 * tid + h;
+        c[h] = 0;
+        for (int w = 0; w < SW; w++) {
+            int v = wcnt[w * XMAX + e];
+            wcnt[w * XMAX + e] = c[h];
+            c[h] += v;
+        }
+        nt[h] = (c[h] + BN - 1) / BN;
     }
-    int off = block_excl_scan(c, sh);
-    int nt = (c + BN - 1) / BN;
-    int tb = block_excl_scan(nt, sh);
-    for (int w = 0; w < 32; w++)
-        a.wcnt[w * XMAX + e] += off;
-    for (int j = 0; j < nt; j++)
-        a.tiles[tb + j] = make_int4(e, off + j * BN, min(BN, c - j * BN), 0);
+    off[0] = block_excl_scan(c[0] + c[1], sh), off[1] = off[0] + c[0];
+    tb[0] = block_excl_scan(nt[0] + nt[1], sh), tb[1] = tb[0] + nt[0];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int e = 2 * tid + h;
+        for (int w = 0; w < SW; w++)
+            wcnt[w * XMAX + e] += off[h];
+        for (int j = 0; j < nt[h]; j++)
+            a.tiles[tb[h] + j] = make_int4(e, off[h] + j * BN, min(BN, c[h] - j * BN), 0);
+    }
     if (tid == SORT_THREADS - 1)
-        *a.ntile = tb + nt;
+        *a.ntile = tb[1] + nt[1];
     __syncthreads();
     /* placement, each warp over its segment in order */
     for (int b = p0; b < p1; b += 32) {
@@ -221,6 +241,8 @@ struct mg_args {
     size_t rb, eb;
     int64_t n_out; /* rows per expert */
     int nb, n_in;
+    int nrb;    /* row blocks per expert: work item = tile * nrb + row block */
+    int nsteps; /* K steps per item */
     const __half *xh; /* [rows][n_in] scaled f16 */
     const int *xe;    /* [rows] scale exponents */
     const int *pairs;
@@ -231,106 +253,197 @@ struct mg_args {
     cw_k_tabs tabs;
 };
 
+/* Weight row lr (0..BM-1) of row block rb of expert e (gate_up: the first
+ * BM/2 rows are gate rows, the rest the same up rows), clamped into the
+ * expert (rows past n_out are computed and dropped). */
+template <bool GU>
+static __device__ __forceinline__ const uint8_t *mg_wrow(const mg_args &a, int e, int rb, int lr)
+{
+    const uint8_t *base = GU && lr >= BM / 2 ? a.w1 : a.w0;
+    int64_t r = (int64_t)rb * (GU ? BM / 2 : BM) + (GU ? (lr & (BM / 2 - 1)) : lr);
+    return base + (size_t)e * a.eb + (size_t)min(r, a.n_out - 1) * a.rb;
+}
+
+/* Prefetches into L2 the raw weight bytes of K step s of work item it (this
+ * thread's WPT rows, 128-byte line u of each row's span), so that the
+ * dequantisation's loads of that step find them there. Only a hint: no
+ * result depends on it. */
 template <class T, bool GU>
-static __global__ void __launch_bounds__(THREADS) mg_kernel(const mg_args a)
+static __device__ __forceinline__ void mg_prefetch(const mg_args &a, int it, int s, int total)
+{
+    if (it >= total)
+        return;
+    const int4 td = a.tiles[it / a.nrb];
+    const int b0 = s * (KS / T::QK), b1 = min(b0 + KS / T::QK, a.nb);
+    const int u = threadIdx.x & 7;
+    if (b0 >= b1)
+        return;
+#pragma unroll
+    for (int j = 0; j < WPT; j++) {
+        const uint8_t *r = mg_wrow<GU>(a, td.x, it % a.nrb, (threadIdx.x >> 3) + 32 * j);
+        uintptr_t lo = (uintptr_t)(r + (size_t)b0 * T::BB), hi = (uintptr_t)(r + (size_t)b1 * T::BB);
+        uintptr_t line = (lo & ~(uintptr_t)127) + 128 * u;
+        if (line < hi)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+    }
+}
+
+/* cp.async (sm_80+): 16 bytes global -> shared, zeros when !on; below sm_80
+ * a plain copy (the barriers order it the same). */
+static __device__ __forceinline__ void mg_cp16(__half *dst, const __half *src, bool on)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+                 "r"(on ? 16 : 0));
+#else
+    *(uint4 *)dst = on ? *(const uint4 *)src : make_uint4(0, 0, 0, 0);
+#endif
+}
+static __device__ __forceinline__ void mg_commit(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+/* all but the newest N commit groups of this thread have landed */
+template <int N> static __device__ __forceinline__ void mg_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+/* Step s of K of the item's BN pair rows into Xs (zero fill for rows past
+ * the tile and columns past n_in), one commit group. This thread's granules
+ * are column tid % 32 of pair rows warp + 8i, whose pair indices are pr[i]
+ * (-1 past the tile). */
+template <bool GU>
+static __device__ __forceinline__ void mg_load_x(const mg_args &a, const int pr[XPT], __half *Xs,
+                                                 int s)
+{
+    const int g = threadIdx.x & 31, kk = s * KS + 8 * g;
+#pragma unroll
+    for (int i = 0; i < XPT; i++) {
+        const int pi = pr[i];
+        const bool on = pi >= 0 && kk < a.n_in;
+        const __half *src = on ? a.xh + (int64_t)(GU ? pi / a.K : pi) * a.n_in + kk : a.xh;
+        mg_cp16(Xs + ((threadIdx.x >> 5) + 8 * i) * LDS + 8 * g, src, on);
+    }
+    mg_commit();
+}
+
+/* Persistent: gridDim.x blocks walk the work items (tile, row block), row
+ * blocks of one tile adjacent (the tile's x rows and the expert's weights
+ * shared through L2). Per item and K step: the weight tile dequantised to
+ * f16 in shared memory (the loads prefetched PF_AHEAD steps before), the
+ * pairs' x rows arriving by cp.async one step ahead, then 8 warps x 16 rows
+ * multiply with wmma (the second 16 pairs skipped when the tile has <= 16). */
+template <class T, bool GU>
+static __global__ void __launch_bounds__(THREADS, 2) mg_kernel(const mg_args a)
 {
     extern __shared__ __align__(128) uint8_t sm[];
-    __half *Ws = (__half *)sm;          /* [BM][LDS] */
-    __half *Xs = Ws + BM * LDS;         /* [BN][LDS]: pair n's K step, col-major B */
-    int *prow = (int *)(Xs + BN * LDS); /* [BN] pair index, -1 past the tile */
-    if ((int)blockIdx.y >= *a.ntile)
-        return;
-    const int4 td = a.tiles[blockIdx.y];
-    const int e = td.x, n = td.z;
-    const int tid = threadIdx.x, warp = tid >> 5;
-    const int64_t r0 = (int64_t)blockIdx.x * (GU ? BM / 2 : BM);
-    if (tid < BN)
-        prow[tid] = tid < n ? a.pairs[td.y + tid] : -1;
-    /* this thread's 4 weight rows (16 apart) and its unit of each K step */
-    const int u = tid & 7;
-    const uint8_t *wrow[4];
+    __half *Ws = (__half *)sm;               /* [BM][LDS] */
+    __half *Xs = Ws + BM * LDS;              /* [2][BN][LDS]: pair n's K step, col-major B */
+    float *Cs = (float *)sm;                 /* epilogue [BN][LDC], over Ws */
+    const int tid = threadIdx.x, warp = tid >> 5, u = tid & 7;
+    const int total = *a.ntile * a.nrb;
+    /* the block's first PF_AHEAD steps */
+    for (int q = 0; q < PF_AHEAD; q++)
+        mg_prefetch<T, GU>(a, blockIdx.x + gridDim.x * (q / a.nsteps), q % a.nsteps, total);
+    for (int it = blockIdx.x; it < total; it += gridDim.x) {
+        const int4 td = a.tiles[it / a.nrb];
+        const int e = td.x, n = td.z, rb = it % a.nrb;
+        int pr[XPT];
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        int lr = (tid >> 3) + 16 * j;
-        const uint8_t *base = GU && lr >= BM / 2 ? a.w1 : a.w0;
-        int64_t r = r0 + (GU ? (lr & (BM / 2 - 1)) : lr);
-        wrow[j] = base + (size_t)e * a.eb + (size_t)min(r, a.n_out - 1) * a.rb;
-    }
-    __syncthreads();
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[BN / 16];
+        for (int i = 0; i < XPT; i++)
+            pr[i] = warp + 8 * i < n ? a.pairs[td.y + warp + 8 * i] : -1;
+        const uint8_t *wrow[WPT];
 #pragma unroll
-    for (int i = 0; i < BN / 16; i++)
-        wmma::fill_fragment(acc[i], 0.0f);
-    for (int k0 = 0; k0 < a.n_in; k0 += KS) {
-        /* weights: unit u of each of the 4 rows, exact f32 then f16 */
-        const int blk = k0 / T::QK + u / T::UPB, p = u % T::UPB;
-        const int eo = (u / T::UPB) * T::QK; /* the block's offset in the step */
+        for (int j = 0; j < WPT; j++)
+            wrow[j] = mg_wrow<GU>(a, e, rb, (tid >> 3) + 32 * j);
+        mg_load_x<GU>(a, pr, Xs, 0);
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[BN / 16];
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            __half *dst = Ws + ((tid >> 3) + 16 * j) * LDS + eo;
-            float w[32];
-            if (blk < a.nb) {
-                T::unit(wrow[j] + (size_t)blk * T::BB, p, a.tabs, w);
-            } else {
-#pragma unroll
-                for (int i = 0; i < 32; i++)
-                    w[i] = 0.0f;
+        for (int i = 0; i < BN / 16; i++)
+            wmma::fill_fragment(acc[i], 0.0f);
+        for (int s = 0; s < a.nsteps; s++) {
+            {
+                int s2 = s + PF_AHEAD, it2 = it;
+                while (s2 >= a.nsteps)
+                    s2 -= a.nsteps, it2 += gridDim.x;
+                mg_prefetch<T, GU>(a, it2, s2, total);
             }
+            if (s + 1 < a.nsteps)
+                mg_load_x<GU>(a, pr, Xs + ((s + 1) & 1) * BN * LDS, s + 1);
+            else
+                mg_commit(); /* an empty group: one group per step */
+            /* weights: unit u of each of the WPT rows, exact f32 then f16 */
+            const int blk = s * (KS / T::QK) + u / T::UPB, p = u % T::UPB;
+            const int eo = (u / T::UPB) * T::QK; /* the block's offset in the step */
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
-                __half2 h[4];
+            for (int j = 0; j < WPT; j++) {
+                __half *dst = Ws + ((tid >> 3) + 32 * j) * LDS + eo;
+                float w[32];
+                if (blk < a.nb) {
+                    T::unit(wrow[j] + (size_t)blk * T::BB, p, a.tabs, w);
+                } else {
 #pragma unroll
-                for (int i = 0; i < 4; i++)
-                    h[i] = __floats2half2_rn(w[8 * q + 2 * i], w[8 * q + 2 * i + 1]);
-                *(uint4 *)(dst + T::run(p, q)) = *(uint4 *)h;
+                    for (int i = 0; i < 32; i++)
+                        w[i] = 0.0f;
+                }
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    __half2 h[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        h[i] = __floats2half2_rn(w[8 * q + 2 * i], w[8 * q + 2 * i + 1]);
+                    *(uint4 *)(dst + T::run(p, q)) = *(uint4 *)h;
+                }
             }
-        }
-        /* activations: 16-byte granule g of pair rows (tid>>5) + 4i */
-#pragma unroll
-        for (int i = 0; i < BN / 4; i++) {
-            int pr = (tid >> 5) + 4 * i, g = tid & 31, kk = k0 + 8 * g;
-            int pi = prow[pr];
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (pi >= 0 && kk < a.n_in)
-                v = *(const uint4 *)(a.xh + (int64_t)(GU ? pi / a.K : pi) * a.n_in + kk);
-            *(uint4 *)(Xs + pr * LDS + 8 * g) = v;
-        }
-        __syncthreads();
+            mg_wait<1>(); /* step s's x rows */
+            __syncthreads();
+            const __half *Xb = Xs + (s & 1) * BN * LDS;
 #pragma unroll 4
-        for (int kk = 0; kk < KS; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-            wmma::load_matrix_sync(fa, Ws + 16 * warp * LDS + kk, LDS);
+            for (int kk = 0; kk < KS; kk += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+                wmma::load_matrix_sync(fa, Ws + 16 * warp * LDS + kk, LDS);
 #pragma unroll
-            for (int i = 0; i < BN / 16; i++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
-                wmma::load_matrix_sync(fb, Xs + 16 * i * LDS + kk, LDS);
-                wmma::mma_sync(acc[i], fa, fb, acc[i]);
+                for (int i = 0; i < BN / 16; i++) {
+                    if (i > 0 && n <= 16 * i) /* block-uniform */
+                        break;
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+                    wmma::load_matrix_sync(fb, Xb + 16 * i * LDS + kk, LDS);
+                    wmma::mma_sync(acc[i], fa, fb, acc[i]);
+                }
             }
+            __syncthreads();
         }
-        __syncthreads();
-    }
-    /* epilogue: C[n][m] (col-major over the weight rows) over the weight tile */
-    float *Cs = (float *)sm;
+        /* epilogue: C[n][m] (col-major over the weight rows) */
 #pragma unroll
-    for (int i = 0; i < BN / 16; i++)
-        wmma::store_matrix_sync(Cs + 16 * i * LDC + 16 * warp, acc[i], LDC, wmma::mem_col_major);
-    __syncthreads();
-    const int RW = GU ? BM / 2 : BM; /* outputs per pair */
-    for (int idx = tid; idx < BN * RW; idx += THREADS) {
-        int nn = idx / RW, i = idx % RW;
-        int pi = prow[nn];
-        if (pi < 0 || r0 + i >= a.n_out)
-            continue;
-        float us = __int_as_float((127 - a.xe[GU ? pi / a.K : pi]) << 23);
-        float v;
-        if (GU) {
-            float g = Cs[nn * LDC + i] * us, uu = Cs[nn * LDC + BM / 2 + i] * us;
-            v = __fmul_rn(g / (1.0f + expf(-g)), uu);
-        } else {
-            v = Cs[nn * LDC + i] * us;
+        for (int i = 0; i < BN / 16; i++)
+            wmma::store_matrix_sync(Cs + 16 * i * LDC + 16 * warp, acc[i], LDC, wmma::mem_col_major);
+        __syncthreads();
+        const int RW = GU ? BM / 2 : BM; /* outputs per pair */
+        const int64_t r0 = (int64_t)rb * RW;
+        for (int idx = tid; idx < n * RW; idx += THREADS) {
+            int nn = idx / RW, i = idx % RW;
+            int pi = a.pairs[td.y + nn];
+            if (r0 + i >= a.n_out)
+                continue;
+            float us = __int_as_float((127 - a.xe[GU ? pi / a.K : pi]) << 23);
+            float v;
+            if (GU) {
+                float g = Cs[nn * LDC + i] * us, uu = Cs[nn * LDC + BM / 2 + i] * us;
+                v = __fmul_rn(g / (1.0f + expf(-g)), uu);
+            } else {
+                v = Cs[nn * LDC + i] * us;
+            }
+            a.y[(int64_t)pi * a.n_out + r0 + i] = v;
         }
-        a.y[(int64_t)pi * a.n_out + r0 + i] = v;
+        __syncthreads(); /* Cs (over Ws) is read until here */
     }
+    mg_wait<0>();
 }
 
 /* ---- 4. combine ---------------------------------------------------------------- */
@@ -357,23 +470,32 @@ namespace {
 struct mg_launch {
     cudaStream_t s;
     mg_args a;
-    dim3 grid;
+    int64_t max_items; /* the most work items the sort can produce */
+    int n_sm;
     bool gu;
     cudaError_t rc;
+    /* a persistent grid: as many blocks as fit on the chip, at most one per item */
+    template <class T, bool GU> void launch()
+    {
+        int occ = 0;
+        rc = cudaFuncSetAttribute(mg_kernel<T, GU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  SMEM_BYTES);
+        if (rc == cudaSuccess)
+            rc = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, mg_kernel<T, GU>, THREADS,
+                                                               SMEM_BYTES);
+        if (rc != cudaSuccess)
+            return;
+        int64_t cap = (int64_t)n_sm * (occ > 0 ? occ : 1);
+        unsigned g = (unsigned)(max_items < cap ? max_items : cap);
+        mg_kernel<T, GU><<<g, THREADS, SMEM_BYTES, s>>>(a);
+    }
     template <class T>
     int go()
     {
-        if (gu) {
-            rc = cudaFuncSetAttribute(mg_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      SMEM_BYTES);
-            if (rc == cudaSuccess)
-                mg_kernel<T, true><<<grid, THREADS, SMEM_BYTES, s>>>(a);
-        } else {
-            rc = cudaFuncSetAttribute(mg_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      SMEM_BYTES);
-            if (rc == cudaSuccess)
-                mg_kernel<T, false><<<grid, THREADS, SMEM_BYTES, s>>>(a);
-        }
+        if (gu)
+            launch<T, true>();
+        else
+            launch<T, false>();
         return 0;
     }
 };
@@ -401,13 +523,14 @@ static int mg_sort(struct cw_cuda *c, const mg_layout &L, uint8_t *scr, const in
 {
     sort_args sa = {d_ids,
                     (int)L.n_pairs,
-                    (int *)(scr + L.wcnt),
                     (int *)(scr + L.ntile),
                     (int4 *)(scr + L.tiles),
                     (int *)(scr + L.pairs),
                     zero,
                     zero_len};
-    sort_kernel<<<1, SORT_THREADS, 0, c->stream>>>(sa);
+    CW_CUDA_TRY(err, cudaFuncSetAttribute(sort_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          SORT_SMEM));
+    sort_kernel<<<1, SORT_THREADS, SORT_SMEM, c->stream>>>(sa);
     CW_CUDA_LAUNCHED(err);
     return 0;
 }
@@ -424,6 +547,8 @@ static int mg_gemm(struct cw_cuda *c, const struct cw_k_mat *W, const struct cw_
                   W->n_out,
                   (int)(W->n_in / cw_k_block_elems(W->type)),
                   (int)W->n_in,
+                  0,
+                  (int)((W->n_in + KS - 1) / KS),
                   (const __half *)(scr + L.xh),
                   (const int *)(scr + L.xe),
                   (const int *)(scr + L.pairs),
@@ -433,7 +558,12 @@ static int mg_gemm(struct cw_cuda *c, const struct cw_k_mat *W, const struct cw_
                   y,
                   cw_k_tables()};
     int rows = gu ? BM / 2 : BM;
-    f.grid = dim3((unsigned)((W->n_out + rows - 1) / rows), (unsigned)L.max_tiles);
+    f.a.nrb = (int)((W->n_out + rows - 1) / rows);
+    f.max_items = (int64_t)f.a.nrb * L.max_tiles;
+    f.n_sm = cw_cuda_info(c)->n_sm;
+    if (f.max_items > 0x7fffffff)
+        return cw_errf(err, CW_ERR_INVALID, "cuda grouped product: %lld work items",
+                       (long long)f.max_items);
     f.gu = gu;
     f.rc = cudaSuccess;
     cw_k_dispatch(W->type, f);
