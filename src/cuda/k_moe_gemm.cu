@@ -14,18 +14,18 @@
  *     down) to f16, each row scaled by a power of two 2^s (exact) that puts
  *     its largest magnitude in [2^14, 2^15): no f16 overflow whatever the
  *     activations' range, and small values stay clear of f16's subnormals.
- *  3. the grouped GEMM: a persistent grid (as many blocks as fit on the
- *     chip) walks the work items (tile, row block); a row block is BM weight
- *     rows of the tile's expert (gate/up: 64 gate rows and the same 64 up
- *     rows, SwiGLU fused in the epilogue). Per K step of 256 a block
- *     dequantises its weight tile (k_quant.cuh: exactly quant_dequant.c's
- *     f32 values) to f16 in shared memory — its loads prefetched into L2
- *     PF_AHEAD steps before — while the pairs' f16 rows arrive by cp.async
- *     one step ahead (double buffer), and 8 warps multiply with
- *     nvcuda::wmma 16x16x16 (f16 in, f32 accumulate; sm_70+), skipping the
- *     second 16 pairs of a tile that has at most 16. The epilogue
- *     multiplies by 2^-s (exact) and writes act[pair][F], or, for down,
- *     y[pair][E] into scratch.
+ *  3. the grouped GEMM (mma.sync m16n8k16, f16 in, f32 accumulate; sm_80+,
+ *     two m16n8k8 below): a persistent grid (as many blocks as fit on the
+ *     chip) walks the work items (tile, row block). A block's 8 warps own
+ *     16 weight rows each (gate_up: 8 gate rows and the same 8 up rows, so
+ *     SwiGLU fuses in registers); each lane decodes its share of the K step
+ *     (k_quant.cuh units: exactly quant_dequant.c's f32 values, rounded to
+ *     f16 once) straight into mma A fragments, so no weight goes through
+ *     shared memory and the warps run independently; the loads are
+ *     prefetched into L2 PF_AHEAD steps ahead. Only the tile's f16 x rows
+ *     are shared: cp.async one step ahead into a double buffer (one barrier
+ *     per step). The epilogue multiplies by 2^-s (exact) and writes
+ *     act[pair][F], or, for down, y[pair][E] into scratch.
  *  4. combine (down): per token h += Σ_k wts[k]·y[t*K+k] as an fma chain in
  *     order k = 0..K-1 (no atomics: deterministic).
  *
@@ -38,29 +38,23 @@
  * then the epilogue's own roundings (silu, the product, the combine chain).
  * Weights must be finite in f16 (|w| < 65504: true of the quantised
  * formats' f16 scales times their small integers). The accumulation order
- * inside a tile depends on the hardware only: a pair's result does not
- * depend on which other pairs share its tile. */
-#include <mma.h>
-
+ * (a fixed permutation of k, then the hardware's order inside an mma) does
+ * not depend on the other pairs of a tile: nor does a pair's result. */
 #include "cuda/k_gemm.cuh"
 
-using namespace nvcuda;
-
-#define BM 128               /* weight rows per block */
-#define BN 32                /* pairs per tile */
+#define NW 8                 /* warps per block, 16 weight rows each */
+#define THREADS (NW * 32)
+#define RW_OF(GU) ((GU) ? 8 * NW : 16 * NW) /* outputs per row block */
+#define BN 64                /* pairs per tile */
 #define KS 256               /* elements per K step (a multiple of every QK) */
-#define LDS (KS + 8)         /* shared row stride in halves: 16-byte pad against bank conflicts */
-#define LDC (BM + 4)         /* epilogue stride in floats */
-#define THREADS 256          /* 8 warps, 16 weight rows each */
-#define WPT 4                /* weight rows per thread in the dequantisation (32 apart) */
+#define LDS (KS + 8)         /* x tile row stride in halves: 16-byte pad against bank conflicts */
 #define PF_AHEAD 2           /* K steps of weights prefetched into L2 ahead of their use */
+#define XPT (BN / 8)         /* 16-byte x granules per thread per K step */
 #define XMAX CW_K_MOE_GEMM_XMAX
 #define SORT_THREADS 512     /* = XMAX / 2: two experts per thread in the scans */
 #define SW (SORT_THREADS / 32) /* warps of the sort, one segment of the pairs each */
 #define SORT_SMEM (SW * XMAX * 4)
-#define XPT (BN * (KS / 8) / THREADS) /* 16-byte x granules per thread per K step */
-/* Ws [BM][LDS], Xs [2][BN][LDS] (double buffered): 99 KB, what sm_86/89 allow */
-#define SMEM_BYTES ((BM + 2 * BN) * LDS * 2)
+#define SMEM_BYTES (2 * BN * LDS * 2) /* the x tile, double buffered */
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
@@ -253,38 +247,48 @@ struct mg_args {
     cw_k_tabs tabs;
 };
 
-/* Weight row lr (0..BM-1) of row block rb of expert e (gate_up: the first
- * BM/2 rows are gate rows, the rest the same up rows), clamped into the
- * expert (rows past n_out are computed and dropped). */
+/* The two weight rows of this thread's mma rows g and g+8 (g = lane / 4) in
+ * row block rb of expert e: gate_up, gate row o and up row o of output
+ * o = rb*RW + 8*warp + g (so SwiGLU pairs up in registers); down, rows
+ * rb*RW + 16*warp + g and that + 8. Clamped into the expert (rows past n_out
+ * are computed and dropped). */
 template <bool GU>
-static __device__ __forceinline__ const uint8_t *mg_wrow(const mg_args &a, int e, int rb, int lr)
+static __device__ __forceinline__ void mg_rows(const mg_args &a, int e, int rb,
+                                               const uint8_t **ra, const uint8_t **rbp)
 {
-    const uint8_t *base = GU && lr >= BM / 2 ? a.w1 : a.w0;
-    int64_t r = (int64_t)rb * (GU ? BM / 2 : BM) + (GU ? (lr & (BM / 2 - 1)) : lr);
-    return base + (size_t)e * a.eb + (size_t)min(r, a.n_out - 1) * a.rb;
+    const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
+    const uint8_t *ex0 = a.w0 + (size_t)e * a.eb, *ex1 = (GU ? a.w1 : a.w0) + (size_t)e * a.eb;
+    int64_t r0 = (int64_t)rb * RW_OF(GU) + (GU ? 8 : 16) * warp + g;
+    int64_t r1 = GU ? r0 : r0 + 8;
+    *ra = ex0 + (size_t)min(r0, a.n_out - 1) * a.rb;
+    *rbp = ex1 + (size_t)min(r1, a.n_out - 1) * a.rb;
 }
 
 /* Prefetches into L2 the raw weight bytes of K step s of work item it (this
- * thread's WPT rows, 128-byte line u of each row's span), so that the
- * dequantisation's loads of that step find them there. Only a hint: no
- * result depends on it. */
+ * thread's two rows, 128-byte lines t and t+4 of each row's span), so that
+ * the decoders' loads of that step find them there. Only a hint: no result
+ * depends on it. */
 template <class T, bool GU>
 static __device__ __forceinline__ void mg_prefetch(const mg_args &a, int it, int s, int total)
 {
     if (it >= total)
         return;
-    const int4 td = a.tiles[it / a.nrb];
     const int b0 = s * (KS / T::QK), b1 = min(b0 + KS / T::QK, a.nb);
-    const int u = threadIdx.x & 7;
     if (b0 >= b1)
         return;
+    const int4 td = a.tiles[it / a.nrb];
+    const uint8_t *r[2];
+    mg_rows<GU>(a, td.x, it % a.nrb, &r[0], &r[1]);
+    const int t = threadIdx.x & 3;
 #pragma unroll
-    for (int j = 0; j < WPT; j++) {
-        const uint8_t *r = mg_wrow<GU>(a, td.x, it % a.nrb, (threadIdx.x >> 3) + 32 * j);
-        uintptr_t lo = (uintptr_t)(r + (size_t)b0 * T::BB), hi = (uintptr_t)(r + (size_t)b1 * T::BB);
-        uintptr_t line = (lo & ~(uintptr_t)127) + 128 * u;
-        if (line < hi)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+    for (int j = 0; j < 2; j++) {
+        uintptr_t lo = (uintptr_t)(r[j] + (size_t)b0 * T::BB), hi = (uintptr_t)(r[j] + (size_t)b1 * T::BB);
+#pragma unroll
+        for (int l = 0; l < 2; l++) {
+            uintptr_t line = (lo & ~(uintptr_t)127) + 128 * (t + 4 * l);
+            if (line < hi)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+        }
     }
 }
 
@@ -306,18 +310,40 @@ static __device__ __forceinline__ void mg_commit(void)
     asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
 }
-/* all but the newest N commit groups of this thread have landed */
-template <int N> static __device__ __forceinline__ void mg_wait(void)
+/* all of this thread's cp.async copies have landed */
+static __device__ __forceinline__ void mg_wait_all(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
 #endif
 }
 
-/* Step s of K of the item's BN pair rows into Xs (zero fill for rows past
- * the tile and columns past n_in), one commit group. This thread's granules
- * are column tid % 32 of pair rows warp + 8i, whose pair indices are pr[i]
- * (-1 past the tile). */
+/* This thread's pair indices for the x loads of a tile: rows warp + 8i of
+ * the tile (-1 past its n pairs). */
+static __device__ __forceinline__ void mg_pair_rows(const mg_args &a, int it, int total,
+                                                    int pr[XPT])
+{
+    const int warp = threadIdx.x >> 5;
+    int4 td = make_int4(0, 0, 0, 0);
+    if (it < total)
+        td = a.tiles[it / a.nrb];
+#pragma unroll
+    for (int i = 0; i < XPT; i++)
+        pr[i] = warp + 8 * i < td.z ? a.pairs[td.y + warp + 8 * i] : -1;
+}
+
+/* Where 16-byte granule G (elements 8G..8G+7 of the K step) of an x row
+ * lies in shared memory: bits 1-2 of G flipped by bits 3-4, so that the 4
+ * lanes t of an mma B load (granules 8t+c for the K-quant and 32-element
+ * formats, 2t+c for the float ones) hit 4 distinct 16-byte bank groups. */
+static __device__ __forceinline__ int mg_swz(int G)
+{
+    return G ^ (((G >> 3) & 3) << 1);
+}
+
+/* Step s of K of a tile's BN pair rows (pair indices pr) into Xs (zero fill
+ * for rows past the tile and columns past n_in), one commit group. This
+ * thread's granules: column lane of pair rows warp + 8i. */
 template <bool GU>
 static __device__ __forceinline__ void mg_load_x(const mg_args &a, const int pr[XPT], __half *Xs,
                                                  int s)
@@ -328,122 +354,164 @@ static __device__ __forceinline__ void mg_load_x(const mg_args &a, const int pr[
         const int pi = pr[i];
         const bool on = pi >= 0 && kk < a.n_in;
         const __half *src = on ? a.xh + (int64_t)(GU ? pi / a.K : pi) * a.n_in + kk : a.xh;
-        mg_cp16(Xs + ((threadIdx.x >> 5) + 8 * i) * LDS + 8 * g, src, on);
+        mg_cp16(Xs + ((threadIdx.x >> 5) + 8 * i) * LDS + 8 * mg_swz(g), src, on);
     }
     mg_commit();
 }
 
+/* c += A·B for one m16n8k16 tile (f16 in, f32 accumulate): a0..a3 and b0, b1
+ * in the PTX fragment layout. Below sm_80 as two m16n8k8 halves. */
+static __device__ __forceinline__ void mg_mma(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                              uint32_t a3, uint32_t b0, uint32_t b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a2), "r"(a3), "r"(b1));
+#endif
+}
+
+/* 32 decoded weights (a unit: 4 runs of 8) to 16 f16 pairs, each rounded once. */
+static __device__ __forceinline__ void mg_to_h2(const float w[32], uint32_t h[16])
+{
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        __half2 v = __floats2half2_rn(w[2 * i], w[2 * i + 1]);
+        h[i] = *(uint32_t *)&v;
+    }
+}
+
 /* Persistent: gridDim.x blocks walk the work items (tile, row block), row
  * blocks of one tile adjacent (the tile's x rows and the expert's weights
- * shared through L2). Per item and K step: the weight tile dequantised to
- * f16 in shared memory (the loads prefetched PF_AHEAD steps before), the
- * pairs' x rows arriving by cp.async one step ahead, then 8 warps x 16 rows
- * multiply with wmma (the second 16 pairs skipped when the tile has <= 16). */
+ * shared through L2). Warp w owns 16 weight rows (mg_rows); no weight goes
+ * through shared memory: lane (g, t) decodes units 2t and 2t+1 of the K
+ * step for its rows g and g+8 straight into mma A fragments. The mma's k
+ * order is a permutation of the step's elements — chunk c = (unit half ui,
+ * run r, half hf) gives lane t the 4 elements run(p, r) + 4hf .. +3 of its
+ * unit 2t+ui as k = 2t, 2t+1, 2t+8, 2t+9 — and B is read from the x tile
+ * with the same permutation, so Σ_k is the same dot product (its f32
+ * accumulation order fixed: deterministic, the bound is order-free). The x
+ * tile (BN pairs x KS) arrives by cp.async one step ahead (double buffer,
+ * one barrier per step, the next item's first step fetched during the
+ * last); tiles of n pairs run ceil(n/8) n8 columns only. SwiGLU and the
+ * 2^-s scaling happen in registers. */
 template <class T, bool GU>
 static __global__ void __launch_bounds__(THREADS, 2) mg_kernel(const mg_args a)
 {
     extern __shared__ __align__(128) uint8_t sm[];
-    __half *Ws = (__half *)sm;               /* [BM][LDS] */
-    __half *Xs = Ws + BM * LDS;              /* [2][BN][LDS]: pair n's K step, col-major B */
-    float *Cs = (float *)sm;                 /* epilogue [BN][LDC], over Ws */
-    const int tid = threadIdx.x, warp = tid >> 5, u = tid & 7;
+    __half *Xs = (__half *)sm; /* [2][BN][LDS]: pair n's K step */
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int total = *a.ntile * a.nrb;
-    /* the block's first PF_AHEAD steps */
+    int it = blockIdx.x;
+    if (it >= total)
+        return;
     for (int q = 0; q < PF_AHEAD; q++)
-        mg_prefetch<T, GU>(a, blockIdx.x + gridDim.x * (q / a.nsteps), q % a.nsteps, total);
-    for (int it = blockIdx.x; it < total; it += gridDim.x) {
+        mg_prefetch<T, GU>(a, it + gridDim.x * (q / a.nsteps), q % a.nsteps, total);
+    int pr[XPT];
+    mg_pair_rows(a, it, total, pr);
+    mg_load_x<GU>(a, pr, Xs, 0);
+    unsigned gs = 0; /* steps done by this block: x buffer gs & 1 */
+    for (; it < total; it += gridDim.x) {
         const int4 td = a.tiles[it / a.nrb];
-        const int e = td.x, n = td.z, rb = it % a.nrb;
-        int pr[XPT];
+        const int n = td.z, rb = it % a.nrb, nj = (n + 7) >> 3;
+        const uint8_t *rowp[2];
+        mg_rows<GU>(a, td.x, rb, &rowp[0], &rowp[1]);
+        float acc[BN / 8][4];
 #pragma unroll
-        for (int i = 0; i < XPT; i++)
-            pr[i] = warp + 8 * i < n ? a.pairs[td.y + warp + 8 * i] : -1;
-        const uint8_t *wrow[WPT];
-#pragma unroll
-        for (int j = 0; j < WPT; j++)
-            wrow[j] = mg_wrow<GU>(a, e, rb, (tid >> 3) + 32 * j);
-        mg_load_x<GU>(a, pr, Xs, 0);
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[BN / 16];
-#pragma unroll
-        for (int i = 0; i < BN / 16; i++)
-            wmma::fill_fragment(acc[i], 0.0f);
-        for (int s = 0; s < a.nsteps; s++) {
+        for (int j = 0; j < BN / 8; j++)
+            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+        for (int s = 0; s < a.nsteps; s++, gs++) {
             {
                 int s2 = s + PF_AHEAD, it2 = it;
                 while (s2 >= a.nsteps)
                     s2 -= a.nsteps, it2 += gridDim.x;
                 mg_prefetch<T, GU>(a, it2, s2, total);
             }
-            if (s + 1 < a.nsteps)
-                mg_load_x<GU>(a, pr, Xs + ((s + 1) & 1) * BN * LDS, s + 1);
-            else
-                mg_commit(); /* an empty group: one group per step */
-            /* weights: unit u of each of the WPT rows, exact f32 then f16 */
-            const int blk = s * (KS / T::QK) + u / T::UPB, p = u % T::UPB;
-            const int eo = (u / T::UPB) * T::QK; /* the block's offset in the step */
+            mg_wait_all();
+            __syncthreads(); /* x step s is in; every warp is done with buffer (gs+1)&1 */
+            __half *Xn = Xs + ((gs + 1) & 1) * BN * LDS;
+            if (s + 1 < a.nsteps) {
+                mg_load_x<GU>(a, pr, Xn, s + 1);
+            } else if (it + (int)gridDim.x < total) {
+                mg_pair_rows(a, it + gridDim.x, total, pr);
+                mg_load_x<GU>(a, pr, Xn, 0);
+            }
+            const __half *Xb = Xs + (gs & 1) * BN * LDS;
 #pragma unroll
-            for (int j = 0; j < WPT; j++) {
-                __half *dst = Ws + ((tid >> 3) + 32 * j) * LDS + eo;
-                float w[32];
-                if (blk < a.nb) {
-                    T::unit(wrow[j] + (size_t)blk * T::BB, p, a.tabs, w);
+            for (int ui = 0; ui < 2; ui++) {
+                const int u = 2 * t + ui;
+                const int blk = s * (KS / T::QK) + u / T::UPB, p = u % T::UPB;
+                const int eo = (u / T::UPB) * T::QK; /* the block's offset in the step */
+                uint32_t h0[16], h1[16];
+                {
+                    float w[32];
+                    if (blk < a.nb) {
+                        T::unit(rowp[0] + (size_t)blk * T::BB, p, a.tabs, w);
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < 32; i++)
+                            w[i] = 0.0f;
+                    }
+                    mg_to_h2(w, h0);
+                    if (blk < a.nb) {
+                        T::unit(rowp[1] + (size_t)blk * T::BB, p, a.tabs, w);
+                    }
+                    mg_to_h2(w, h1);
+                }
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const __half *xr = Xb + g * LDS + 8 * mg_swz((eo + T::run(p, r)) >> 3);
+#pragma unroll
+                    for (int j = 0; j < BN / 8; j++) {
+                        if (j >= nj) /* block-uniform */
+                            break;
+                        const uint4 b = *(const uint4 *)(xr + 8 * j * LDS);
+                        mg_mma(acc[j], h0[4 * r], h1[4 * r], h0[4 * r + 1], h1[4 * r + 1], b.x, b.y);
+                        mg_mma(acc[j], h0[4 * r + 2], h1[4 * r + 2], h0[4 * r + 3], h1[4 * r + 3],
+                               b.z, b.w);
+                    }
+                }
+            }
+        }
+        /* epilogue from registers: acc[j] = (row g, pair 8j+2t), (g, 8j+2t+1),
+         * (row g+8, 8j+2t), (g+8, 8j+2t+1) */
+        const int warp = threadIdx.x >> 5;
+        const int64_t o = (int64_t)rb * RW_OF(GU) + (GU ? 8 : 16) * warp + g;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int nn = 8 * j + 2 * t + c;
+                if (nn >= n)
+                    continue;
+                const int pi = a.pairs[td.y + nn];
+                const float us = __int_as_float((127 - a.xe[GU ? pi / a.K : pi]) << 23);
+                float *yp = a.y + (int64_t)pi * a.n_out;
+                if (GU) {
+                    if (o < a.n_out) {
+                        float gg = acc[j][c] * us, uu = acc[j][2 + c] * us;
+                        yp[o] = __fmul_rn(gg / (1.0f + expf(-gg)), uu);
+                    }
                 } else {
-#pragma unroll
-                    for (int i = 0; i < 32; i++)
-                        w[i] = 0.0f;
-                }
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    __half2 h[4];
-#pragma unroll
-                    for (int i = 0; i < 4; i++)
-                        h[i] = __floats2half2_rn(w[8 * q + 2 * i], w[8 * q + 2 * i + 1]);
-                    *(uint4 *)(dst + T::run(p, q)) = *(uint4 *)h;
+                    if (o < a.n_out)
+                        yp[o] = acc[j][c] * us;
+                    if (o + 8 < a.n_out)
+                        yp[o + 8] = acc[j][2 + c] * us;
                 }
             }
-            mg_wait<1>(); /* step s's x rows */
-            __syncthreads();
-            const __half *Xb = Xs + (s & 1) * BN * LDS;
-#pragma unroll 4
-            for (int kk = 0; kk < KS; kk += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-                wmma::load_matrix_sync(fa, Ws + 16 * warp * LDS + kk, LDS);
-#pragma unroll
-                for (int i = 0; i < BN / 16; i++) {
-                    if (i > 0 && n <= 16 * i) /* block-uniform */
-                        break;
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
-                    wmma::load_matrix_sync(fb, Xb + 16 * i * LDS + kk, LDS);
-                    wmma::mma_sync(acc[i], fa, fb, acc[i]);
-                }
-            }
-            __syncthreads();
         }
-        /* epilogue: C[n][m] (col-major over the weight rows) */
-#pragma unroll
-        for (int i = 0; i < BN / 16; i++)
-            wmma::store_matrix_sync(Cs + 16 * i * LDC + 16 * warp, acc[i], LDC, wmma::mem_col_major);
-        __syncthreads();
-        const int RW = GU ? BM / 2 : BM; /* outputs per pair */
-        const int64_t r0 = (int64_t)rb * RW;
-        for (int idx = tid; idx < n * RW; idx += THREADS) {
-            int nn = idx / RW, i = idx % RW;
-            int pi = a.pairs[td.y + nn];
-            if (r0 + i >= a.n_out)
-                continue;
-            float us = __int_as_float((127 - a.xe[GU ? pi / a.K : pi]) << 23);
-            float v;
-            if (GU) {
-                float g = Cs[nn * LDC + i] * us, uu = Cs[nn * LDC + BM / 2 + i] * us;
-                v = __fmul_rn(g / (1.0f + expf(-g)), uu);
-            } else {
-                v = Cs[nn * LDC + i] * us;
-            }
-            a.y[(int64_t)pi * a.n_out + r0 + i] = v;
-        }
-        __syncthreads(); /* Cs (over Ws) is read until here */
     }
-    mg_wait<0>();
+    mg_wait_all();
 }
 
 /* ---- 4. combine ---------------------------------------------------------------- */
@@ -557,7 +625,7 @@ static int mg_gemm(struct cw_cuda *c, const struct cw_k_mat *W, const struct cw_
                   K,
                   y,
                   cw_k_tables()};
-    int rows = gu ? BM / 2 : BM;
+    int rows = RW_OF(gu);
     f.a.nrb = (int)((W->n_out + rows - 1) / rows);
     f.max_items = (int64_t)f.a.nrb * L.max_tiles;
     f.n_sm = cw_cuda_info(c)->n_sm;
