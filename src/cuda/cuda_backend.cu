@@ -16,7 +16,7 @@
 #include "cuda/cuda_forward.cuh"
 
 #define ARENA_ALIGN 256
-#define CHUNK_MAX 512          /* tokens per launch sequence */
+#define CHUNK_MAX 2048         /* tokens per launch sequence (docs/perf/moe-prefill.md) */
 #define LM_ROWS 32             /* logits rows per LM-head launch: 32·V f32 = 32 MB */
 #define ATTN_SCRATCH_MAX (1ull << 30) /* the chunk shrinks until attention fits this */
 
@@ -498,11 +498,16 @@ static bool env_is(const char *name, const char *value)
     return v && !strcmp(v, value);
 }
 
-/* the largest chunk (a power of two up to CHUNK_MAX) whose attention scratch fits */
+/* the largest chunk (a power of two up to CHUNK_MAX, or up to CWEN_CUDA_CHUNK
+ * when set: measurements) whose attention scratch fits */
 static int64_t pick_chunk(const struct cw_qwen35_hparams *hp, int64_t n_ctx)
 {
     const struct cw_k_attn_dims ad = cw_cuda_attn_dims(hp);
     int64_t t = CHUNK_MAX;
+    const char *env = getenv("CWEN_CUDA_CHUNK");
+    const long want = env ? strtol(env, NULL, 10) : 0;
+    while (want > 0 && t > 16 && t > want)
+        t /= 2;
     while (t > 16 && cw_k_attn_scratch(&ad, t, n_ctx) > ATTN_SCRATCH_MAX)
         t /= 2;
     return t;

@@ -11,7 +11,8 @@
  * accumulators allowed):
  *   |y - Σ w x| <= (2^-10 + 2^-22 + n 2^-23) Σ|w x| + 2^-25 Σ|x| + 2^-38 max|x| Σ|w|
  * and two runs must be bit-identical. CWEN_GPU_BENCH=1 times gate_up + down
- * (grouped vs the per-token kernels) and the dense prefill shapes. */
+ * (grouped vs the per-token kernels; each grouped projection alone) and the
+ * dense prefill shapes. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -235,6 +236,7 @@ struct bmoe {
     struct cw_k_mat g, u, d;
     int64_t n_tok;
     int per_token; /* the GEMV regime in groups of 32 tokens: the old path */
+    int part;      /* 0: gate_up + down, 1: gate_up only, 2: down only */
     float *x, *act, *h, *wts;
     int32_t *ids;
     void *scr;
@@ -247,10 +249,10 @@ static int bmoe_rep(void *ctx, int rep, struct cw_err *err)
     int64_t step = b->per_token ? 32 : b->n_tok;
     for (int64_t t0 = 0; t0 < b->n_tok; t0 += step) {
         int64_t n = b->n_tok - t0 < step ? b->n_tok - t0 : step;
-        if (cw_k_moe_gate_up(C, &b->g, &b->u, b->x + t0 * EW, b->ids + t0 * K, K, n,
-                             b->act + t0 * K * FW, b->scr, err) ||
-            cw_k_moe_down(C, &b->d, b->act + t0 * K * FW, b->ids + t0 * K, b->wts + t0 * K, K, n,
-                          b->h + t0 * EW, b->scr, err))
+        if ((b->part != 2 && cw_k_moe_gate_up(C, &b->g, &b->u, b->x + t0 * EW, b->ids + t0 * K, K,
+                                              n, b->act + t0 * K * FW, b->scr, err)) ||
+            (b->part != 1 && cw_k_moe_down(C, &b->d, b->act + t0 * K * FW, b->ids + t0 * K,
+                                           b->wts + t0 * K, K, n, b->h + t0 * EW, b->scr, err)))
             return -1;
     }
     return 0;
@@ -267,7 +269,7 @@ static void bench_moe(const struct hexp *G, const struct hexp *U, const struct h
     }
     const int64_t NT = 2048;
     struct bmoe b = {{G->type, dg, G->rb, G->eb, EW, FW}, {U->type, du, U->rb, U->eb, EW, FW},
-                     {D->type, dd, D->rb, D->eb, FW, EW}, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL};
+                     {D->type, dd, D->rb, D->eb, FW, EW}, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL};
     int32_t *ids = malloc(sizeof(int32_t) * NT * K);
     float *hx = malloc(sizeof(float) * NT * EW);
     for (int64_t t = 0; t < NT; t++)
@@ -294,15 +296,16 @@ static void bench_moe(const struct hexp *G, const struct hexp *U, const struct h
     up(b.wts, hx, sizeof(float) * NT * K);
     b.scr = dalloc(cw_k_moe_scratch(&b.g, X, K, NT));
     static const int64_t nts[] = {512, 2048};
+    static const char *parts[] = {"gate_up+down", "gate_up", "down"};
     for (int i = 0; i < 2; i++)
-        for (int pt = 0; pt < 2; pt++) {
-            b.n_tok = nts[i], b.per_token = pt;
+        for (int pt = 0; pt < 4; pt++) { /* per-token; grouped both, gate_up, down */
+            b.n_tok = nts[i], b.per_token = pt == 0, b.part = pt == 0 ? 0 : pt - 1;
             double ms = 0;
-            CK(cw_cuda_time(C, bmoe_rep, &b, pt ? 3 : 20, &ms, &E));
-            double fl = 2.0 * 3 * EW * FW * (double)(b.n_tok * K);
-            note("bench moe gate_up+down %s/%s n_tok %4lld %-9s: %9.1f us  %6.1f TFLOP/s  %8.0f tok/s per layer",
-                 cw_qtype_name(G->type), cw_qtype_name(D->type), (long long)b.n_tok,
-                 pt ? "per-token" : "grouped", ms * 1e3, fl / (ms * 1e-3) / 1e12,
+            CK(cw_cuda_time(C, bmoe_rep, &b, b.per_token ? 3 : 20, &ms, &E));
+            double fl = 2.0 * (b.part == 0 ? 3 : b.part == 1 ? 2 : 1) * EW * FW * (double)(b.n_tok * K);
+            note("bench moe %-12s %s/%s n_tok %4lld %-9s: %9.1f us  %6.1f TFLOP/s  %8.0f tok/s per layer",
+                 parts[b.part], cw_qtype_name(G->type), cw_qtype_name(D->type), (long long)b.n_tok,
+                 b.per_token ? "per-token" : "grouped", ms * 1e3, fl / (ms * 1e-3) / 1e12,
                  b.n_tok / (ms * 1e-3));
         }
     cw_cuda_free(C, dg), cw_cuda_free(C, du), cw_cuda_free(C, dd), cw_cuda_free(C, b.x);
