@@ -115,6 +115,30 @@ static __device__ float dn_conv(const dn_args &a, int64_t c, int64_t t)
     return dn_silu(acc);
 }
 
+/* A q or k row of dk values in shared memory normalised in place by one warp,
+ * as the CPU: RMSNorm with eps/dk, then the 1/sqrt(dk) scale (both paths
+ * share it, so their q and k have the same bits). */
+static __device__ __forceinline__ void dn_qk_norm(float *x, int dk, float eps, int lane)
+{
+    float ss = 0.0f;
+#pragma unroll
+    for (int r = 0; r < DN_MAXR; r++) {
+        const int i = lane + 32 * r;
+        if (i < dk)
+            ss = fmaf(x[i], x[i], ss);
+    }
+    ss = cw_warp_sum(ss);
+    const float fn = (float)dk;
+    const float s = 1.0f / sqrtf(ss / fn + eps / fn);
+    const float s2 = 1.0f / sqrtf(fn);
+#pragma unroll
+    for (int r = 0; r < DN_MAXR; r++) {
+        const int i = lane + 32 * r;
+        if (i < dk)
+            x[i] = x[i] * s * s2;
+    }
+}
+
 /* Sums DN_CPW values, each over the warp: offsets outer so that the
  * independent columns' shuffles overlap; per column the butterfly order of
  * cw_warp_sum. */
@@ -185,23 +209,7 @@ static __global__ void __launch_bounds__(DN_WARPS * 32) recur_kernel(dn_args a)
         //    the CPU: RMSNorm with eps/dk, then the 1/sqrt(dk) scale.
         for (int row = warp; row < 2 * nt; row += DN_WARPS) {
             float *x = s_u + (row >> 1) * n_ch + (row & 1) * dk;
-            float ss = 0.0f;
-#pragma unroll
-            for (int r = 0; r < DN_MAXR; r++) {
-                const int i = lane + 32 * r;
-                if (i < dk)
-                    ss = fmaf(x[i], x[i], ss);
-            }
-            ss = cw_warp_sum(ss);
-            const float fn = (float)dk;
-            const float s = 1.0f / sqrtf(ss / fn + a.eps / fn);
-            const float s2 = 1.0f / sqrtf(fn);
-#pragma unroll
-            for (int r = 0; r < DN_MAXR; r++) {
-                const int i = lane + 32 * r;
-                if (i < dk)
-                    x[i] = x[i] * s * s2;
-            }
+            dn_qk_norm(x, dk, a.eps, lane);
         }
         __syncthreads(); // normed q̂/k̂ visible to every warp
         // 3. the recurrence, token by token; each warp owns its columns, so
@@ -382,23 +390,7 @@ static __global__ void __launch_bounds__(DC_THREADS) dc_prep_kernel(dc_args b)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, dk = a.dk;
     for (int row = warp; row < 2 * a.hk; row += DC_THREADS / 32) {
         float *x = sm + (int64_t)row * dk; // q heads, then k heads
-        float ss = 0.0f;
-#pragma unroll
-        for (int r = 0; r < DN_MAXR; r++) {
-            const int i = lane + 32 * r;
-            if (i < dk)
-                ss = fmaf(x[i], x[i], ss);
-        }
-        ss = cw_warp_sum(ss);
-        const float fn = (float)dk;
-        const float s = 1.0f / sqrtf(ss / fn + a.eps / fn);
-        const float s2 = 1.0f / sqrtf(fn);
-#pragma unroll
-        for (int r = 0; r < DN_MAXR; r++) {
-            const int i = lane + 32 * r;
-            if (i < dk)
-                x[i] = x[i] * s * s2;
-        }
+        dn_qk_norm(x, dk, a.eps, lane);
     }
     __syncthreads(); // normed rows visible to every thread
     float *ut = b.u + t * a.C;

@@ -38,6 +38,19 @@ static __device__ __forceinline__ bool ranks_before(float pa, int a, float pb, i
     return pa > pb || (pa == pb && a < b);
 }
 
+/* The best (id, probability) of the warp under ranks_before, in every lane:
+ * a strict total order, so the butterfly's shape does not matter. */
+static __device__ __forceinline__ void warp_best(int &best, float &bp)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+        const float op = __shfl_xor_sync(0xffffffffu, bp, o);
+        if (ranks_before(op, ob, bp, best))
+            best = ob, bp = op;
+    }
+}
+
 static __global__ void route_kernel(const float *logits, int X, int K, int32_t *ids, float *wts)
 {
     cw_pdl_wait();
@@ -104,13 +117,7 @@ static __global__ void route_kernel(const float *logits, int X, int K, int32_t *
         for (int i = tid; i < X; i += blockDim.x)
             if (!taken[i] && ranks_before(p[i], i, bp, best))
                 best = i, bp = p[i];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const int ob = __shfl_xor_sync(0xffffffffu, best, o);
-            const float op = __shfl_xor_sync(0xffffffffu, bp, o);
-            if (ranks_before(op, ob, bp, best))
-                best = ob, bp = op;
-        }
+        warp_best(best, bp);
         if (lane == 0) {
             shi[warp] = best;
             shf[warp] = bp;
@@ -196,13 +203,7 @@ static __global__ void __launch_bounds__(ROUTE_WARPS * 32)
             if (i < X && !(taken >> j & 1) && ranks_before(p[j], i, bp, best))
                 best = i, bp = p[j];
         }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const int ob = __shfl_xor_sync(0xffffffffu, best, o);
-            const float op = __shfl_xor_sync(0xffffffffu, bp, o);
-            if (ranks_before(op, ob, bp, best))
-                best = ob, bp = op;
-        }
+        warp_best(best, bp);
         if ((best & 31) == lane)
             taken |= 1u << (best >> 5);
         sum += bp; /* the selected probabilities' f32 sum, in slot order */
