@@ -401,16 +401,23 @@ static __global__ void __launch_bounds__(DC_THREADS) dc_prep_kernel(dc_args b)
 /* 16 bytes global -> shared without a register round trip: every copy a
  * thread issues is in flight at once (plain loads followed by shared stores
  * through generic pointers serialise on the global latency). dc_cp_wait
- * waits for the thread's own copies; a barrier after it publishes them. */
+ * waits for the thread's own copies; a barrier after it publishes them.
+ * Below sm_80 (no cp.async) a plain 16-byte copy: the same values. */
 static __device__ __forceinline__ void dc_cp16(float *dst, const float *src)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+#else
+    *(float4 *)dst = *(const float4 *)src;
+#endif
 }
 
 static __device__ __forceinline__ void dc_cp_wait(void)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
 }
 
 /* Starts copying rows [0, DC) of one head's DCD channels of src (row stride
