@@ -24,6 +24,8 @@ struct cw_cuda_device_info {
     int n_sm;
     size_t total_mem;
     size_t l2_bytes;
+    size_t smem_optin;      /* shared memory one block may opt in to (64 KB on sm_75, 99 KB
+                             * on sm_86/89, 227 KB on sm_90): kernels size their tiles by it */
 };
 
 /* Number of usable CUDA devices; 0 (and success) when the driver or a GPU

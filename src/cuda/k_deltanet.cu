@@ -795,6 +795,23 @@ size_t cw_k_deltanet_scratch(const struct cw_k_deltanet_dims *d, int64_t n_tok)
     return (size_t)dc_plan(d->n_k_head, d->n_v_head, n_tok).total * sizeof(float);
 }
 
+/* Shared memory of the chunked kernels (dc_prep_kernel's: a.C floats). */
+#define DC_SM_TRI (((size_t)2 * DC * KP + 2 * DC * (DC + 1) + 3 * DC) * sizeof(float))
+#define DC_SM_STATE (((size_t)2 * DCD * DC + DC * DJ + DCD * DJ + DC * DJ + DCS) * sizeof(float))
+#define DC_SM_OUT (((size_t)DC * KP + DCD * DO + DC * PP + DC * DO + DC) * sizeof(float))
+
+/* Whether the device lets a block have the chunked kernels' shared memory
+ * (the triangular solve's 99.25 KB: not on sm_75's 64 KB nor sm_86/89's
+ * 99 KB; those take the token-by-token path). */
+static bool dc_smem_ok(const struct cw_cuda *c, const dn_args &a)
+{
+    size_t need = (size_t)a.C * sizeof(float);
+    need = DC_SM_TRI > need ? DC_SM_TRI : need;
+    need = DC_SM_STATE > need ? DC_SM_STATE : need;
+    need = DC_SM_OUT > need ? DC_SM_OUT : need;
+    return need <= c->info.smem_optin;
+}
+
 /* The chunked launches (dims checked, n_tok >= DC_MIN_TOK). */
 static int dc_run(struct cw_cuda *c, const dn_args &a, void *d_scratch, struct cw_err *err)
 {
@@ -809,10 +826,7 @@ static int dc_run(struct cw_cuda *c, const dn_args &a, void *d_scratch, struct c
         return cw_errf(err, CW_ERR_UNSUPPORTED, "k_deltanet: %lld tokens is too many for one launch",
                        (long long)a.n_tok);
     const size_t sm_prep = (size_t)a.C * sizeof(float);
-    const size_t sm_tri = ((size_t)2 * DC * KP + 2 * DC * (DC + 1) + 3 * DC) * sizeof(float);
-    const size_t sm_state =
-        ((size_t)2 * DCD * DC + DC * DJ + DCD * DJ + DC * DJ + DCS) * sizeof(float);
-    const size_t sm_out = ((size_t)DC * KP + DCD * DO + DC * PP + DC * DO + DC) * sizeof(float);
+    const size_t sm_tri = DC_SM_TRI, sm_state = DC_SM_STATE, sm_out = DC_SM_OUT;
     CW_CUDA_TRY(err, cudaFuncSetAttribute(dc_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           (int)sm_prep));
     CW_CUDA_TRY(err, cudaFuncSetAttribute(dc_tri_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -871,7 +885,7 @@ int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
     a.alpha = d_alpha;
     a.y = d_y;
 
-    if (d_scratch && dc_fits(d) && n_tok >= DC_MIN_TOK) {
+    if (d_scratch && dc_fits(d) && n_tok >= DC_MIN_TOK && dc_smem_ok(c, a)) {
         if (dc_run(c, a, d_scratch, err))
             return -1;
     } else {

@@ -71,8 +71,9 @@ extern "C" {
  * the TF32 GEMM of k_gemm.cu): the weights are re-read per group of 8, which
  * still costs less than dequantising the matrix for the tensor cores. */
 #define NT_MAX 8
-/* x staged in shared memory up to this many bytes per block (above: x read
- * through L1, the same arithmetic, so the same bits). */
+/* x staged in shared memory up to this many bytes per block, and never past
+ * what the device lets a block opt in to (above: x read through L1, the
+ * same arithmetic, so the same bits). */
 #define XS_MAX (100 << 10)
 
 /* Bytes of one row's stage: 32 units plus the 16-byte alignment slack. */
@@ -726,11 +727,20 @@ cudaError_t launch_k(void (*k)(const A), dim3 grid, int persist, unsigned thread
     return cw_launch(s, pdl, k, grid, dim3(threads), smem, a);
 }
 
+/* Bytes of staged x a block may take next to `stage` bytes of weight stage
+ * and the kernels' static shared memory (the norm epilogue's, < 1 KB). */
+static size_t xs_budget(size_t smem_optin, size_t stage)
+{
+    const size_t dev = smem_optin > stage + 1024 ? smem_optin - stage - 1024 : 0;
+    return dev < XS_MAX ? dev : XS_MAX;
+}
+
 struct gemv_launch {
     cudaStream_t s;
     bool pdl;
     mv_args a;
     int64_t n_tok;
+    size_t smem_optin;
     const float *x0, *sl0;
     float *y0[MV_SEGS], *epi_y0;
     int n_sm;
@@ -747,10 +757,11 @@ struct gemv_launch {
     {
         const int64_t n_in = (int64_t)a.nb * T::QK;
         const size_t xl = (size_t)xs_len<T>(n_in) * sizeof(float);
+        const size_t xs_max = xs_budget(smem_optin, wstage_bytes<T, 2, WARPS>());
         /* token groups: 8 (the formats staging x always: the largest of 8,
          * 4, 2, 1 whose x fits the stage) */
         int ntg = NT_MAX;
-        while (use_sx<T>() && ntg > 1 && xl * ntg > XS_MAX)
+        while (use_sx<T>() && ntg > 1 && xl * ntg > xs_max)
             ntg /= 2;
         /* short matrices: one row per warp, for more warps in flight */
         const bool r1 = a.n_out < (int64_t)4 * WARPS * n_sm;
@@ -765,7 +776,7 @@ struct gemv_launch {
             a.scale_logit = sl0 ? sl0 + t0 : NULL;
             /* staged x: always for use_sx formats, else from 3 tokens on
              * (q4_K 8192x2048 at 8 tokens: 41.6 us through L1, 25-28 staged) */
-            const bool sx = xl * a.nt <= XS_MAX && (use_sx<T>() || a.nt > 2);
+            const bool sx = xl * a.nt <= xs_max && (use_sx<T>() || a.nt > 2);
             if (!sx) {
                 if (a.nt == 1)
                     one<T, 2, 1, false>(xl);
@@ -798,6 +809,7 @@ struct moe_launch {
     bool down;
     int64_t n_tok;
     int n_sm;
+    size_t smem_optin;
     cudaError_t e;
     template <class T>
     int go()
@@ -818,7 +830,7 @@ struct moe_launch {
         } else {
             dim3 grid((unsigned)((a.n_out + MW - 1) / MW), (unsigned)(n_tok * a.S));
             size_t ws = wstage_bytes<T, 2, MW>();
-            if (use_sx<T>() && xl <= XS_MAX)
+            if (use_sx<T>() && xl <= xs_budget(smem_optin, ws))
                 e = launch_k(moe_gate_up_kernel<T, true>, grid, 0, MW * 32, ws + xl, s, pdl, a, n_sm);
             else
                 e = launch_k(moe_gate_up_kernel<T, false>, grid, 0, MW * 32, ws, s, pdl, a, n_sm);
@@ -868,6 +880,7 @@ static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const
     f.n_tok = n_tok;
     f.x0 = d_x, f.sl0 = d_scale_logit;
     f.n_sm = c->info.n_sm > 0 ? c->info.n_sm : 1;
+    f.smem_optin = c->info.smem_optin;
     f.e = cudaSuccess;
     cw_k_dispatch(W[0]->type, f);
     CW_CUDA_TRY(err, f.e);
@@ -1012,6 +1025,7 @@ static int moe_gate_up_run(struct cw_cuda *c, const struct cw_k_mat *G, const st
     f.down = false;
     f.n_tok = n_tok;
     f.n_sm = c->info.n_sm;
+    f.smem_optin = c->info.smem_optin;
     f.e = cudaSuccess;
     cw_k_dispatch(G->type, f);
     CW_CUDA_TRY(err, f.e);
@@ -1035,6 +1049,7 @@ static int moe_down_run(struct cw_cuda *c, const struct cw_k_mat *D, const struc
     f.down = true;
     f.n_tok = n_tok;
     f.n_sm = c->info.n_sm;
+    f.smem_optin = c->info.smem_optin;
     f.e = cudaSuccess;
     cw_k_dispatch(D->type, f);
     CW_CUDA_TRY(err, f.e);

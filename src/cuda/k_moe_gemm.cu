@@ -47,14 +47,27 @@
 #define RW_OF(GU) ((GU) ? 8 * NW : 16 * NW) /* outputs per row block */
 #define BN 64                /* pairs per tile */
 #define KS 256               /* elements per K step (a multiple of every QK) */
-#define LDS (KS + 8)         /* x tile row stride in halves: 16-byte pad against bank conflicts */
+/* x tile row stride in halves: a 16-byte pad against bank conflicts, left
+ * out below sm_80 so that the double-buffered tile fits Turing's 64 KB of
+ * shared memory per block (the host picks the size by the device's major:
+ * mg_smem) */
+#define LDS_PAD (KS + 8)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define LDS KS
+#else
+#define LDS LDS_PAD
+#endif
 #define PF_AHEAD 2           /* K steps of weights prefetched into L2 ahead of their use */
 #define XPT (BN / 8)         /* 16-byte x granules per thread per K step */
 #define XMAX CW_K_MOE_GEMM_XMAX
 #define SORT_THREADS 512     /* = XMAX / 2: two experts per thread in the scans */
 #define SW (SORT_THREADS / 32) /* warps of the sort, one segment of the pairs each */
 #define SORT_SMEM (SW * XMAX * 4)
-#define SMEM_BYTES (2 * BN * LDS * 2) /* the x tile, double buffered */
+/* the x tile, double buffered, for a device of compute capability major */
+static size_t mg_smem(int major)
+{
+    return (size_t)2 * BN * (major >= 8 ? LDS_PAD : KS) * 2;
+}
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
@@ -538,6 +551,7 @@ namespace {
 struct mg_launch {
     cudaStream_t s;
     mg_args a;
+    size_t smem; /* mg_smem of the device */
     int64_t max_items; /* the most work items the sort can produce */
     int n_sm;
     bool gu;
@@ -547,15 +561,15 @@ struct mg_launch {
     {
         int occ = 0;
         rc = cudaFuncSetAttribute(mg_kernel<T, GU>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  SMEM_BYTES);
+                                  (int)smem);
         if (rc == cudaSuccess)
             rc = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, mg_kernel<T, GU>, THREADS,
-                                                               SMEM_BYTES);
+                                                               smem);
         if (rc != cudaSuccess)
             return;
         int64_t cap = (int64_t)n_sm * (occ > 0 ? occ : 1);
         unsigned g = (unsigned)(max_items < cap ? max_items : cap);
-        mg_kernel<T, GU><<<g, THREADS, SMEM_BYTES, s>>>(a);
+        mg_kernel<T, GU><<<g, THREADS, smem, s>>>(a);
     }
     template <class T>
     int go()
@@ -629,6 +643,7 @@ static int mg_gemm(struct cw_cuda *c, const struct cw_k_mat *W, const struct cw_
     f.a.nrb = (int)((W->n_out + rows - 1) / rows);
     f.max_items = (int64_t)f.a.nrb * L.max_tiles;
     f.n_sm = cw_cuda_info(c)->n_sm;
+    f.smem = mg_smem(cw_cuda_info(c)->major);
     if (f.max_items > 0x7fffffff)
         return cw_errf(err, CW_ERR_INVALID, "cuda grouped product: %lld work items",
                        (long long)f.max_items);
