@@ -103,6 +103,12 @@ static __device__ __forceinline__ float cw_warp_max(float v)
     return v;
 }
 
+/* σ(x) = 1/(1 + e^-x), the CPU's cw_sigmoid formula (CUDA's expf). */
+static __device__ __forceinline__ float cw_dev_sigmoid(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
+
 static __device__ __forceinline__ float cw_dev_f16_to_f32(uint16_t h)
 {
     return __half2float(__ushort_as_half(h));

@@ -43,14 +43,22 @@ struct next_norm {
     int64_t ldy;
 };
 
+/* the launchers' form of nx */
+static struct cw_k_norm_next norm_next(const struct cw_cuda_model *M, const struct cw_bseq *s,
+                                       const struct next_norm *nx)
+{
+    const struct cw_k_norm_next nn = {(const float *)nx->w->data, nx->y, nx->ldy, M->dw.hp.eps,
+                                      s->norm_count};
+    return nn;
+}
+
 /* h += t·x, then h's rows normalised as nx says */
 static int mm_add_norm(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_wt *t,
                        const float *x, int64_t ldx, int64_t n, const float *scale_logit,
                        const struct next_norm *nx, struct cw_err *err)
 {
     const struct cw_k_mat W = cw_cuda_mat(t);
-    const struct cw_k_norm_next nn = {(const float *)nx->w->data, nx->y, nx->ldy, M->dw.hp.eps,
-                                      s->norm_count};
+    const struct cw_k_norm_next nn = norm_next(M, s, nx);
     return cw_k_matmul_add_norm(M->c, &W, x, ldx, n, s->h, (int64_t)M->dw.hp.n_embd,
                                 scale_logit, &nn, s->scratch, err);
 }
@@ -153,8 +161,7 @@ static int moe(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen3
     /* decode: the shared expert as slot K of the routed launches (two
      * launches instead of four; act is sized for K+1 slots) */
     if (cw_k_moe_shared_fusable(&G, &D, &SG, &SU, &SD, K, n)) {
-        const struct cw_k_norm_next nn = {(const float *)nx->w->data, nx->y, nx->ldy, hp->eps,
-                                          s->norm_count};
+        const struct cw_k_norm_next nn = norm_next(M, s, nx);
         return cw_k_moe_gate_up_sh(M->c, &G, &U, &SG, &SU, s->x, s->ids, K, n, s->act, err) ||
                        cw_k_moe_down_sh(M->c, &D, &SD, s->act, s->ids, s->wts, s->sgate, K, n,
                                         s->h, &nn, err)

@@ -340,7 +340,7 @@ static __device__ __forceinline__ void write_out(const at_args &a, int64_t t, in
     float *dst = a.out + (t * a.H + h) * a.hd;
 #pragma unroll
     for (int e = 0; e < 2; e++)
-        dst[d + e] = __fmul_rn(__fmul_rn(o[e], inv), 1.0f / (1.0f + expf(-gate[d + e])));
+        dst[d + e] = __fmul_rn(__fmul_rn(o[e], inv), cw_dev_sigmoid(gate[d + e]));
 }
 
 /* ---- the split schedule ------------------------------------------------ */

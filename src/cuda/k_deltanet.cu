@@ -88,7 +88,7 @@ struct dn_args {
 
 static __device__ __forceinline__ float dn_sigmoid(float x)
 {
-    return 1.0f / (1.0f + expf(-x));
+    return cw_dev_sigmoid(x);
 }
 
 static __device__ __forceinline__ float dn_silu(float x)

@@ -144,7 +144,7 @@ static __global__ void scale_add_kernel(float *y, int64_t ldy, const float *tmp,
     if (i >= nr * n_tok)
         return;
     int64_t t = i / nr, r = i % nr;
-    float v = __fmul_rn(tmp[i], 1.0f / (1.0f + expf(-s[t])));
+    float v = __fmul_rn(tmp[i], cw_dev_sigmoid(s[t]));
     float *yp = y + t * ldy + r;
     *yp = add ? __fadd_rn(*yp, v) : v;
 }

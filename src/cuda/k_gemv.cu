@@ -348,7 +348,7 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a
                 if (lane == r * NT + t && row0 + r < a.n_out && t < a.nt) {
                     float v = acc[r][t];
                     if (a.scale_logit)
-                        v = __fmul_rn(v, 1.0f / (1.0f + expf(-a.scale_logit[t])));
+                        v = __fmul_rn(v, cw_dev_sigmoid(a.scale_logit[t]));
                     const int sg = mv_seg_of(a, row0 + r);
                     float *yp = a.seg[sg].y + t * a.seg[sg].ldy + row0 + r -
                                 (sg ? a.seg[sg - 1].end : 0);
@@ -464,7 +464,7 @@ static __global__ void __launch_bounds__(WARPS * 32) moe_down_kernel(const moe_a
         mv_dot<T, 2, 1, false>(rows, xs, a.nb, a.tabs,
                                smem + warp * (T::DIRECT ? 0 : 2 * stage_of<T>::TILE), lane, acc);
         if (k == a.K) { /* the shared expert: routed sum + σ(gate)·shared, as the CPU */
-            const float g = 1.0f / (1.0f + expf(-a.slogit[t]));
+            const float g = cw_dev_sigmoid(a.slogit[t]);
 #pragma unroll
             for (int r = 0; r < 2; r++)
                 s[r] = __fadd_rn(s[r], __fmul_rn(acc[r][0], g));
@@ -564,7 +564,7 @@ static __device__ __forceinline__ void down16_dots(const moe_args &a, int64_t t,
                 s[0] = __fmaf_rn(wk, d0, s[0]);
                 s[1] = __fmaf_rn(wk, d1, s[1]);
             } else if (kk == K && kk < S) { /* the shared expert, last */
-                const float g = 1.0f / (1.0f + expf(-a.slogit[t]));
+                const float g = cw_dev_sigmoid(a.slogit[t]);
                 s[0] = __fadd_rn(s[0], __fmul_rn(d0, g));
                 s[1] = __fadd_rn(s[1], __fmul_rn(d1, g));
             }
@@ -887,16 +887,25 @@ static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const
     return 0;
 }
 
+/* The arguments of one product y [n_tok][ldy] = W·x [n_tok][ldx]. */
+static int check_matmul(const struct cw_k_mat *W, const float *d_x, int64_t ldx, int64_t n_tok,
+                        int64_t ldy, const char *what, struct cw_err *err)
+{
+    if (cw_k_check_mat(W, what, err) || check_x(d_x, ldx, what, err))
+        return -1;
+    if (n_tok < 1 || ldx < W->n_in || ldy < W->n_out || W->n_out > (int64_t)1 << 36)
+        return cw_errf(err, CW_ERR_INVALID, "cuda %s: n_tok %lld, ldx %lld (n_in %lld), ldy %lld (n_out %lld)",
+                       what, (long long)n_tok, (long long)ldx, (long long)W->n_in, (long long)ldy,
+                       (long long)W->n_out);
+    return 0;
+}
+
 extern "C" int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const float *d_x,
                            int64_t ldx, int64_t n_tok, float *d_y, int64_t ldy, bool add,
                            const float *d_scale_logit, void *d_scratch, struct cw_err *err)
 {
-    if (cw_k_check_mat(W, "matmul", err) || check_x(d_x, ldx, "matmul", err))
+    if (check_matmul(W, d_x, ldx, n_tok, ldy, "matmul", err))
         return -1;
-    if (n_tok < 1 || ldx < W->n_in || ldy < W->n_out || W->n_out > (int64_t)1 << 36)
-        return cw_errf(err, CW_ERR_INVALID, "cuda matmul: n_tok %lld, ldx %lld (n_in %lld), ldy %lld (n_out %lld)",
-                       (long long)n_tok, (long long)ldx, (long long)W->n_in, (long long)ldy,
-                       (long long)W->n_out);
     if (n_tok > CW_K_GEMV_MAX_TOK)
         return cw_k_gemm(c, W, d_x, ldx, n_tok, d_y, ldy, add, d_scale_logit, d_scratch, err);
     const struct cw_k_mat *Ws[1] = {W};
@@ -911,19 +920,17 @@ extern "C" int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W,
                                     const struct cw_k_norm_next *nrm, void *d_scratch,
                                     struct cw_err *err)
 {
+    if (!nrm || !nrm->d_w || nrm->ldy < W->n_out || !nrm->d_count)
+        return cw_errf(err, CW_ERR_INVALID, "cuda matmul_add_norm: the norm needs weights, a "
+                       "count and rows of >= %lld", (long long)W->n_out);
     if (n_tok > CW_K_GEMV_MAX_TOK)
         return cw_k_matmul(c, W, d_x, ldx, n_tok, d_y, ldy, true, d_scale_logit, d_scratch, err) ||
                        cw_k_add_rmsnorm(c, d_y, NULL, nrm->d_w, nrm->d_y, nrm->ldy, W->n_out,
                                         n_tok, nrm->eps, err)
                    ? -1
                    : 0;
-    if (cw_k_check_mat(W, "matmul_add_norm", err) || check_x(d_x, ldx, "matmul_add_norm", err))
+    if (check_matmul(W, d_x, ldx, n_tok, ldy, "matmul_add_norm", err))
         return -1;
-    if (n_tok < 1 || ldx < W->n_in || ldy < W->n_out || nrm->ldy < W->n_out || !nrm->d_count)
-        return cw_errf(err, CW_ERR_INVALID, "cuda matmul_add_norm: n_tok %lld, ldx %lld, ldy %lld, "
-                       "norm ldy %lld for %lld x %lld", (long long)n_tok, (long long)ldx,
-                       (long long)ldy, (long long)nrm->ldy, (long long)W->n_out,
-                       (long long)W->n_in);
     const struct cw_k_mat *Ws[1] = {W};
     float *ys[1] = {d_y};
     const int64_t ldys[1] = {ldy};
@@ -943,15 +950,9 @@ extern "C" int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat
                 return -1;
         return 0;
     }
-    if (check_x(d_x, ldx, "matmul_multi", err))
-        return -1;
     for (int i = 0; i < n; i++)
-        if (cw_k_check_mat(W[i], "matmul_multi", err))
-            return -1;
-        else if (ldx < W[i]->n_in || ldy[i] < W[i]->n_out || W[i]->n_out > (int64_t)1 << 36)
-            return cw_errf(err, CW_ERR_INVALID, "cuda matmul_multi: matrix %d: ldx %lld, ldy %lld "
-                           "for %lld x %lld", i, (long long)ldx, (long long)ldy[i],
-                           (long long)W[i]->n_out, (long long)W[i]->n_in);
+        if (check_matmul(W[i], d_x, ldx, n_tok, ldy[i], "matmul_multi", err))
+            return cw_err_prefix(err, "matrix %d", i);
     /* one launch per (type, width), in the order of each group's first matrix */
     bool done[CW_K_MULTI_MAX] = {false};
     for (int i = 0; i < n; i++) {

@@ -52,14 +52,12 @@ static __global__ void add_rmsnorm_kernel(float *h, const float *add, const floa
         cw_rmsnorm_row<NORM_THREADS>(hr, w, y + row * ldy, n, eps, sh);
         return;
     }
+    const float *ar = add + row * n;
     double acc = 0.0;
-    {
-        const float *ar = add + row * n;
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-            const float v = hr[i] + ar[i];
-            hr[i] = v;
-            acc += (double)(v * v);
-        }
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = hr[i] + ar[i];
+        hr[i] = v;
+        acc += (double)(v * v);
     }
     const double sum = block_sum_double(acc, sh);
     const float mean = (float)(sum / (double)n);
