@@ -203,8 +203,9 @@ static __device__ __forceinline__ void block_reduce(float (&v)[G], float (&red)[
 }
 
 /* Softmax partial of the G heads of kv head kvh over keys [k0, k1), from
- * (-inf, 0, 0): tiles of AT_TILE keys, one key per thread for the scores,
- * two output dims per thread for Σ p·V. sm.q holds the G rows of q̂. */
+ * (-inf, 0, 0): tiles of AT_TILE keys, a quad of lanes per key for the
+ * scores, then one key per thread for the softmax and two output dims per
+ * thread for Σ p·V. sm.q holds the G rows of q̂. */
 template <int G>
 static __device__ void chunk_partial(const at_args &a, int kvh, int64_t k0, int64_t k1,
                                      at_smem<G> &sm, at_acc<G> &acc)
@@ -218,52 +219,72 @@ static __device__ void chunk_partial(const at_args &a, int kvh, int64_t k0, int6
         acc.o[g][0] = acc.o[g][1] = 0.0f;
     }
     for (int64_t t0 = k0; t0 < k1; t0 += AT_TILE) {
+        // Scores: a quad of lanes per key (8 keys per warp and step), lane
+        // ql of the quad takes the 8-dim runs ql, ql+4, ... (16-byte loads,
+        // a quad reads 64 contiguous bytes of the row and of q̂), then two
+        // butterfly steps; the scaled scores go through sm.p. A few keys
+        // (short contexts) cost one step, not a thread's pass over all dims.
+        {
+            const int warp = tid >> 5, lane = tid & 31, ql = lane & 3;
+            const unsigned quad = 0xFu << (lane & ~3);
+            for (int kb = warp * 8; kb < AT_TILE && t0 + kb < k1; kb += AT_THREADS / 4) {
+                const int kl = kb + (lane >> 2);
+                if (t0 + kl >= k1)
+                    continue; // the whole quad: its shuffles stay within it
+                const uint4 *kr = (const uint4 *)(a.kc + (t0 + kl) * row + (int64_t)kvh * hd);
+                float s[G];
+#pragma unroll
+                for (int g = 0; g < G; g++)
+                    s[g] = 0.0f;
+                for (int c0 = ql; c0 < hd / 8; c0 += 16) {
+                    uint4 raw[4];
+#pragma unroll
+                    for (int u = 0; u < 4; u++)
+                        raw[u] = c0 + 4 * u < hd / 8 ? kr[c0 + 4 * u] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        if (c0 + 4 * u >= hd / 8)
+                            break;
+                        const __half2 *h2 = (const __half2 *)&raw[u];
+                        float kf[8];
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const float2 f = __half22float2(h2[e]);
+                            kf[2 * e] = f.x;
+                            kf[2 * e + 1] = f.y;
+                        }
+                        const int d = (c0 + 4 * u) * 8;
+#pragma unroll
+                        for (int g = 0; g < G; g++) {
+                            const float4 qa = *(const float4 *)&sm.q[g][d];
+                            const float4 qb = *(const float4 *)&sm.q[g][d + 4];
+                            s[g] = fmaf(qa.x, kf[0], s[g]);
+                            s[g] = fmaf(qa.y, kf[1], s[g]);
+                            s[g] = fmaf(qa.z, kf[2], s[g]);
+                            s[g] = fmaf(qa.w, kf[3], s[g]);
+                            s[g] = fmaf(qb.x, kf[4], s[g]);
+                            s[g] = fmaf(qb.y, kf[5], s[g]);
+                            s[g] = fmaf(qb.z, kf[6], s[g]);
+                            s[g] = fmaf(qb.w, kf[7], s[g]);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    s[g] += __shfl_xor_sync(quad, s[g], 1);
+                    s[g] += __shfl_xor_sync(quad, s[g], 2);
+                    if ((g & 3) == ql)
+                        sm.p[g][kl] = __fmul_rn(s[g], a.scale);
+                }
+            }
+        }
+        __syncthreads(); // the tile's scores in sm.p
         const int64_t key = t0 + tid;
         const bool valid = key < k1;
         float s[G];
 #pragma unroll
         for (int g = 0; g < G; g++)
-            s[g] = 0.0f;
-        if (valid) {
-            // q̂·K[key] over dims in order, 8 halves (16 B) per load.
-            const uint4 *kr = (const uint4 *)(a.kc + key * row + (int64_t)kvh * hd);
-            for (int d8 = 0; d8 < hd / 8; d8 += 4) {
-                uint4 raw[4];
-#pragma unroll
-                for (int u = 0; u < 4; u++)
-                    raw[u] = d8 + u < hd / 8 ? kr[d8 + u] : make_uint4(0, 0, 0, 0);
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    if (d8 + u >= hd / 8)
-                        break;
-                    const __half2 *h2 = (const __half2 *)&raw[u];
-                    float kf[8];
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const float2 f = __half22float2(h2[e]);
-                        kf[2 * e] = f.x;
-                        kf[2 * e + 1] = f.y;
-                    }
-                    const int d = (d8 + u) * 8;
-#pragma unroll
-                    for (int g = 0; g < G; g++) {
-                        const float4 qa = *(const float4 *)&sm.q[g][d];
-                        const float4 qb = *(const float4 *)&sm.q[g][d + 4];
-                        s[g] = fmaf(qa.x, kf[0], s[g]);
-                        s[g] = fmaf(qa.y, kf[1], s[g]);
-                        s[g] = fmaf(qa.z, kf[2], s[g]);
-                        s[g] = fmaf(qa.w, kf[3], s[g]);
-                        s[g] = fmaf(qb.x, kf[4], s[g]);
-                        s[g] = fmaf(qb.y, kf[5], s[g]);
-                        s[g] = fmaf(qb.z, kf[6], s[g]);
-                        s[g] = fmaf(qb.w, kf[7], s[g]);
-                    }
-                }
-            }
-#pragma unroll
-            for (int g = 0; g < G; g++)
-                s[g] = __fmul_rn(s[g], a.scale);
-        }
+            s[g] = valid ? sm.p[g][tid] : 0.0f;
         float mx[G];
 #pragma unroll
         for (int g = 0; g < G; g++)

@@ -69,7 +69,7 @@
 #include "cuda/kernels.h"
 
 #define DN_WARPS 4                         // warps per block
-#define DN_CPW 8                           // state columns per warp (ILP across columns)
+#define DN_CPW 4                           // state columns per warp (4: 256 blocks at decode)
 #define DN_COLS (DN_WARPS * DN_CPW)        // state columns per block
 #define DN_CHUNK 16                        // tokens staged in shared memory per pass
 #define DN_MAXR 4                          // key dims per lane: d_k <= 32*DN_MAXR

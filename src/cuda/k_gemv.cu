@@ -485,7 +485,7 @@ static __global__ void __launch_bounds__(WARPS * 32) moe_down_kernel(const moe_a
 }
 
 /* Down projection for 16-unit rows (n_in = 512, the model's expert width),
- * K <= DK_MAX: one warp per (token t, rows r, r+1); lanes 16h..16h+15 take
+ * K <= DK_MAX: one warp per (token t, RW rows: 1 or 2); lanes 16h..16h+15 take
  * the 16 units of expert 2j+h in round j, so all 32 lanes work and the K
  * experts' loads are all issued before the first use: the warp first copies
  * every (expert, row) slice it needs into its shared stage (coalesced
@@ -509,10 +509,10 @@ static __device__ __forceinline__ const uint8_t *down16_slice(const moe_args &a,
            (size_t)min(row0 + r, a.n_out - 1) * (k == a.K ? a.srb : a.rb);
 }
 
-/* moe_down16_kernel's arithmetic for a live warp: the dots of its two rows
+/* moe_down16_kernel's arithmetic for a live warp: the dots of its RW rows
  * over the S slots (lanes 16h..16h+15 on slot 2j+h in round j), their
  * weighted sum in slot order, the residual add. */
-template <class T, int DKM>
+template <class T, int DKM, int RW>
 static __device__ __forceinline__ void down16_dots(const moe_args &a, int64_t t, int64_t row0,
                                                    int lane, const uint8_t *stg, const float *xsm)
 {
@@ -521,17 +521,17 @@ static __device__ __forceinline__ void down16_dots(const moe_args &a, int64_t t,
     const int xl = (int)xs_len<T>(512);
     auto slice = [&](int k, int r) { return down16_slice(a, t, row0, k, r); };
     const int h = lane >> 4, u = lane & 15, blk = u / T::UPB, p = u % T::UPB;
-    float dot[DKM / 2][2];
+    float dot[DKM / 2][RW];
     /* no branches between the rounds: all their loads can go out at once
      * (S < DKM: the surplus rounds repeat slot S-1, discarded) */
 #pragma unroll
     for (int j = 0; j < DKM / 2; j++) {
         int k = min(2 * j + h, S - 1);
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < RW; r++) {
             const uint8_t *sp = slice(k, r);
             const uint8_t *bp = T::DIRECT ? sp + blk * T::BB
-                                          : stg + (2 * k + r) * D::TILE +
+                                          : stg + (RW * k + r) * D::TILE +
                                                 ((uintptr_t)sp & 15) + blk * T::BB;
             float w[32];
             T::unit(bp, p, a.tabs, w);
@@ -551,33 +551,42 @@ static __device__ __forceinline__ void down16_dots(const moe_args &a, int64_t t,
             dot[j][r] = acc;
         }
     }
-    float s[2] = {0.0f, 0.0f};
+    float s[RW];
+#pragma unroll
+    for (int r = 0; r < RW; r++)
+        s[r] = 0.0f;
 #pragma unroll
     for (int j = 0; j < DKM / 2; j++)
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
             int kk = 2 * j + hh;
-            float d0 = __shfl_sync(0xffffffffu, dot[j][0], 16 * hh);
-            float d1 = __shfl_sync(0xffffffffu, dot[j][1], 16 * hh);
+            float d[RW];
+#pragma unroll
+            for (int r = 0; r < RW; r++)
+                d[r] = __shfl_sync(0xffffffffu, dot[j][r], 16 * hh);
             if (kk < K && a.ids[t * K + kk] >= 0) {
                 float wk = a.wts[t * K + kk];
-                s[0] = __fmaf_rn(wk, d0, s[0]);
-                s[1] = __fmaf_rn(wk, d1, s[1]);
+#pragma unroll
+                for (int r = 0; r < RW; r++)
+                    s[r] = __fmaf_rn(wk, d[r], s[r]);
             } else if (kk == K && kk < S) { /* the shared expert, last */
                 const float g = cw_dev_sigmoid(a.slogit[t]);
-                s[0] = __fadd_rn(s[0], __fmul_rn(d0, g));
-                s[1] = __fadd_rn(s[1], __fmul_rn(d1, g));
+#pragma unroll
+                for (int r = 0; r < RW; r++)
+                    s[r] = __fadd_rn(s[r], __fmul_rn(d[r], g));
             }
         }
 #pragma unroll
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < RW; r++)
         if (lane == r && row0 + r < a.n_out) {
             float *hp = a.y + t * a.n_out + row0 + r;
             *hp = __fadd_rn(*hp, s[r]);
         }
 }
 
-template <class T, int DKM>
+/* RW rows per warp: 1 for a short launch (more warps, each with half the
+ * loads in flight: the kernel is bound by latency, not bytes), else 2. */
+template <class T, int DKM, int RW>
 static __global__ void __launch_bounds__(WARPS * 32) moe_down16_kernel(const moe_args a)
 {
     cw_pdl_wait();
@@ -586,28 +595,28 @@ static __global__ void __launch_bounds__(WARPS * 32) moe_down16_kernel(const moe
     extern __shared__ __align__(16) uint8_t smem[];
     const int S = a.S;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int64_t row0 = ((int64_t)blockIdx.x * WARPS + warp) * 2, t = blockIdx.y;
-    uint8_t *stg = smem + warp * (T::DIRECT ? 0 : 2 * DKM * D::TILE);
-    float *xsm = (float *)(smem + (T::DIRECT ? 0 : WARPS * 2 * DKM * D::TILE));
+    int64_t row0 = ((int64_t)blockIdx.x * WARPS + warp) * RW, t = blockIdx.y;
+    uint8_t *stg = smem + warp * (T::DIRECT ? 0 : RW * DKM * D::TILE);
+    float *xsm = (float *)(smem + (T::DIRECT ? 0 : WARPS * RW * DKM * D::TILE));
     const bool live = row0 < a.n_out;
     auto slice = [&](int k, int r) { return down16_slice(a, t, row0, k, r); };
     /* the weights' loads go out first, then the activations are staged */
     if (T::DIRECT && live)
 #pragma unroll
-        for (int i = 0; i < 2 * DKM; i++)
-            if ((i >> 1) < S)
-                row_prefetch<T, true>(slice(i >> 1, i & 1), 16 / T::UPB, lane);
-    uint4 v[2 * DKM][D::G];
-    int ng[2 * DKM];
+        for (int i = 0; i < RW * DKM; i++)
+            if (i / RW < S)
+                row_prefetch<T, true>(slice(i / RW, i % RW), 16 / T::UPB, lane);
+    uint4 v[RW * DKM][D::G];
+    int ng[RW * DKM];
     if (!T::DIRECT && live) {
         /* every slice's granules in flight at once */
 #pragma unroll
-        for (int i = 0; i < 2 * DKM; i++) {
-            uintptr_t s0 = (uintptr_t)slice(min(i >> 1, S - 1), i & 1), a0 = s0 & ~(uintptr_t)15;
+        for (int i = 0; i < RW * DKM; i++) {
+            uintptr_t s0 = (uintptr_t)slice(min(i / RW, S - 1), i % RW), a0 = s0 & ~(uintptr_t)15;
             ng[i] = (int)((s0 + D::SLICE - a0 + 15) / 16);
 #pragma unroll
             for (int q = 0; q < D::G; q++)
-                if ((i >> 1) < S && lane + 32 * q < ng[i])
+                if (i / RW < S && lane + 32 * q < ng[i])
                     v[i][q] = __ldg((const uint4 *)a0 + lane + 32 * q);
         }
     }
@@ -615,15 +624,15 @@ static __global__ void __launch_bounds__(WARPS * 32) moe_down16_kernel(const moe
     if (!T::DIRECT && live) {
         /* then into this warp's stage */
 #pragma unroll
-        for (int i = 0; i < 2 * DKM; i++)
+        for (int i = 0; i < RW * DKM; i++)
 #pragma unroll
             for (int q = 0; q < D::G; q++)
-                if ((i >> 1) < S && lane + 32 * q < ng[i])
+                if (i / RW < S && lane + 32 * q < ng[i])
                     ((uint4 *)(stg + i * D::TILE))[lane + 32 * q] = v[i][q];
     }
     __syncthreads();
     if (live)
-        down16_dots<T, DKM>(a, t, row0, lane, stg, xsm);
+        down16_dots<T, DKM, RW>(a, t, row0, lane, stg, xsm);
     cw_norm_epilogue<WARPS * 32>(a.epi, a.y, a.n_out, (int)gridDim.y);
 }
 
@@ -779,9 +788,9 @@ struct gemv_launch {
             const bool sx = xl * a.nt <= xs_max && (use_sx<T>() || a.nt > 2);
             if (!sx) {
                 if (a.nt == 1)
-                    one<T, 2, 1, false>(xl);
+                    r1 ? one<T, 1, 1, false>(xl) : one<T, 2, 1, false>(xl);
                 else if (a.nt == 2)
-                    one<T, 2, 2, false>(xl);
+                    r1 ? one<T, 1, 2, false>(xl) : one<T, 2, 2, false>(xl);
                 else if constexpr (!use_sx<T>()) {
                     if (a.nt <= 4)
                         one<T, 2, 4, false>(xl);
@@ -817,12 +826,17 @@ struct moe_launch {
         const int64_t n_in = (int64_t)a.nb * T::QK;
         const size_t xl = (size_t)xs_len<T>(n_in) * sizeof(float);
         if (down && n_in == 512 && a.S <= DK_MAX) {
-            dim3 grid((unsigned)((a.n_out + WARPS * 2 - 1) / (WARPS * 2)), (unsigned)n_tok);
+            /* one row per warp while the launch has too few warps to keep
+             * each SM's loads in flight (the 2048-row decode launch) */
+            const int rw = a.n_out * n_tok < (int64_t)4 * WARPS * n_sm ? 1 : 2;
+            dim3 grid((unsigned)((a.n_out + WARPS * rw - 1) / (WARPS * rw)), (unsigned)n_tok);
             /* 8 slots (top-8) or 10 (top-8 + shared; top-9, 10) */
             const int dkm = a.S <= 8 ? 8 : DK_MAX;
-            size_t smem = (T::DIRECT ? 0 : WARPS * 2 * dkm * down16<T>::TILE) + xl * a.S;
-            e = launch_k(dkm == 8 ? moe_down16_kernel<T, 8> : moe_down16_kernel<T, DK_MAX>, grid,
-                         0, WARPS * 32, smem, s, pdl, a, n_sm);
+            size_t smem = (T::DIRECT ? 0 : WARPS * rw * dkm * down16<T>::TILE) + xl * a.S;
+            void (*k)(const moe_args) =
+                dkm == 8 ? (rw == 1 ? moe_down16_kernel<T, 8, 1> : moe_down16_kernel<T, 8, 2>)
+                         : (rw == 1 ? moe_down16_kernel<T, DK_MAX, 1> : moe_down16_kernel<T, DK_MAX, 2>);
+            e = launch_k(k, grid, 0, WARPS * 32, smem, s, pdl, a, n_sm);
         } else if (down) {
             dim3 grid((unsigned)((a.n_out + WARPS * 2 - 1) / (WARPS * 2)), (unsigned)n_tok);
             e = launch_k(moe_down_kernel<T>, grid, 0, WARPS * 32, wstage_bytes<T, 2, WARPS>(), s,

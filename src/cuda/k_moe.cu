@@ -2,18 +2,19 @@
  * router logits, the top K (ties to the lower id, NaN last), renormalised
  * (see kernels.h). The twin of cw_moe_route in cpu_moe.c, step for step.
  *
- * Up to WARP_X_MAX experts and K <= 32 (the model: 256, 8), one warp per
- * token holds its logits in registers and needs no barrier: decode's route
- * is one short launch. Larger routers take one block per token. Both
- * compute the same function. The softmax follows the CPU's numerics: max in f32,
+ * Three kernels compute the same function: up to RANK_X_MAX experts and
+ * K <= 32 (the model: 256, 8), one thread per expert ranks its own
+ * probability (decode's route: a few short steps); up to WARP_X_MAX, one
+ * warp per token holds its logits in registers; larger routers take one
+ * block per token. The softmax follows the CPU's numerics: max in f32,
  * e^(x-max) in f32, the sum in double (here a fixed tree over strided
  * partials instead of a sequential loop: both within X·2^-53 of exact, so
  * the f32 reciprocal agrees), scaled by the f32 reciprocal. CUDA's expf
  * differs from glibc's by up to 2 ulp, so probabilities and weights agree
  * with the CPU to a few ulps; the selection is exact whenever the CPU's
- * candidates are farther apart than that. The top-K is K rounds of a block
- * reduction under a strict total order (probability, then lower id), whose
- * result does not depend on the reduction's shape. */
+ * candidates are farther apart than that. The top-K follows a strict total
+ * order (probability, then lower id), so K rounds of a reduction (whatever
+ * its shape) and the ranks give the same slots. */
 #include <math.h>
 
 #include "cpu/cpu_moe.h"
@@ -149,6 +150,94 @@ static __global__ void route_kernel(const float *logits, int X, int K, int32_t *
     }
 }
 
+/* ---- one block per token, one thread per expert ---------------------------- */
+
+/* Up to RANK_X_MAX experts (the model's 256) the top K come from ranks: each
+ * thread counts the experts that rank before its own under the same total
+ * order (a 64-bit key: probability, then the lower id; NaN after every
+ * number), and the K threads of rank < K write their slot. No round depends
+ * on the previous one, so the launch is a few short steps (the warp kernel's
+ * K rounds of butterflies cost ~20k cycles of dependent latency per token);
+ * the work is X^2 compares, spread over X threads. */
+#define RANK_X_MAX 256
+#define RANK_MAX_K 32
+
+static __device__ __forceinline__ unsigned long long rank_key(float p, int i)
+{
+    /* p >= 0 or NaN: the bits of a non-negative float order as the float */
+    const unsigned u = isnan(p) ? 0u : __float_as_uint(p) + 1u;
+    return (unsigned long long)u << 32 | (unsigned)~i;
+}
+
+static __global__ void __launch_bounds__(RANK_X_MAX)
+    route_rank_kernel(const float *logits, int X, int K, int32_t *ids, float *wts)
+{
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    __shared__ float shf[RANK_X_MAX / 32];
+    __shared__ double shd[RANK_X_MAX / 32];
+    __shared__ unsigned long long key[RANK_X_MAX];
+    __shared__ int sel[RANK_MAX_K];
+    __shared__ float selp[RANK_MAX_K];
+    const int i = threadIdx.x, lane = i & 31, warp = i >> 5, n_warp = blockDim.x >> 5;
+    const int64_t t = blockIdx.x;
+    const bool on = i < X;
+    const float v = on ? logits[t * X + i] : -INFINITY;
+    /* max as the CPU: NaN never wins (fmaxf skips it) */
+    float m = cw_warp_max(v);
+    if (lane == 0)
+        shf[warp] = m;
+    __syncthreads();
+    m = shf[0];
+    for (int w = 1; w < n_warp; w++)
+        m = fmaxf(m, shf[w]);
+    /* e^(x-max), the sum in double: a butterfly per warp, the warps in order */
+    const float e = on ? expf(v - m) : 0.0f;
+    double s = (double)e;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0)
+        shd[warp] = s;
+    __syncthreads();
+    s = shd[0];
+    for (int w = 1; w < n_warp; w++)
+        s += shd[w];
+    const float p = __fmul_rn(e, (float)(1.0 / s));
+    const unsigned long long mine = rank_key(p, i);
+    key[i] = mine;
+    __syncthreads();
+    if (on) {
+        int r[4] = {0, 0, 0, 0}; /* four counters: no chain of dependent adds */
+        int j = 0;
+        for (; j + 4 <= X; j += 4)
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                r[u] += key[j + u] > mine;
+        for (; j < X; j++)
+            r[0] += key[j] > mine;
+        const int rank = r[0] + r[1] + r[2] + r[3];
+        if (rank < K) {
+            sel[rank] = i;
+            selp[rank] = p;
+        }
+    }
+    __syncthreads();
+    if (i == 0) { /* the selected probabilities' f32 sum, in slot order */
+        float sum = 0.0f;
+        for (int k = 0; k < K; k++)
+            sum += selp[k];
+        if (sum < CW_MOE_WEIGHT_SUM_MIN)
+            sum = CW_MOE_WEIGHT_SUM_MIN;
+        shf[0] = sum;
+    }
+    __syncthreads();
+    if (i < K) {
+        ids[t * K + i] = sel[i];
+        wts[t * K + i] = selp[i] / shf[0];
+    }
+}
+
 /* ---- one warp per token ---------------------------------------------------- */
 
 #define WARP_X_MAX 512
@@ -224,6 +313,12 @@ int cw_k_moe_route(struct cw_cuda *c, const float *d_logits, int X, int K, int64
     if (X <= 0 || K <= 0 || K > X || K > ROUTE_MAX_K || n_tok <= 0 || n_tok > INT32_MAX)
         return cw_errf(err, CW_ERR_INVALID, "cuda: moe_route: bad routing %d of %d experts "
                        "for %lld tokens (at most %d)", K, X, (long long)n_tok, ROUTE_MAX_K);
+    if (X <= RANK_X_MAX && K <= RANK_MAX_K) {
+        const unsigned threads = (unsigned)(X + 31) / 32 * 32;
+        CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, route_rank_kernel, dim3((unsigned)n_tok),
+                                   dim3(threads), 0, d_logits, X, K, d_ids, d_wts));
+        return 0;
+    }
     if (X <= WARP_X_MAX && K <= 32) {
         const dim3 grid((unsigned)((n_tok + ROUTE_WARPS - 1) / ROUTE_WARPS));
         CW_CUDA_TRY(err, X <= 256 ? cw_launch(c->stream, c->pdl, route_warp_kernel<8>, grid,

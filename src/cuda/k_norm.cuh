@@ -18,26 +18,45 @@
 
 /* y = RMSNorm(h)·w over n values, by the B threads of the block (all must
  * call it); h is read through L2 (another block may have written it).
- * sh: 8 doubles of shared memory. */
+ * sh: 8 doubles of shared memory. Each thread issues NORM_BATCH loads per
+ * virtual thread before its first add (one L2 round trip per 2048 values,
+ * not one per value: this runs as the serial tail of the kernel that
+ * finished h); the adds keep each virtual thread's ascending order. */
+#define NORM_BATCH 8
 template <int B>
 static __device__ void cw_rmsnorm_row(const float *h, const float *w, float *y, int64_t n,
                                       float eps, double *sh)
 {
     static_assert(B % 32 == 0 && NORM_VTHREADS % B == 0, "block size");
+    constexpr int NQ = NORM_VTHREADS / B;
     const int tid = threadIdx.x, lane = tid & 31;
+    double acc[NQ];
 #pragma unroll
-    for (int q = 0; q < NORM_VTHREADS / B; q++) {
-        const int v = tid + B * q;
-        double acc = 0.0;
-        for (int64_t i = v; i < n; i += NORM_VTHREADS) {
-            const float x = __ldcg(h + i);
-            acc += (double)(x * x);
-        }
+    for (int q = 0; q < NQ; q++)
+        acc[q] = 0.0;
+    for (int64_t i0 = tid; i0 < n; i0 += (int64_t)NORM_BATCH * NORM_VTHREADS) {
+        float xv[NQ][NORM_BATCH];
+#pragma unroll
+        for (int q = 0; q < NQ; q++)
+#pragma unroll
+            for (int u = 0; u < NORM_BATCH; u++) {
+                const int64_t i = i0 + B * q + (int64_t)NORM_VTHREADS * u;
+                xv[q][u] = i < n ? __ldcg(h + i) : 0.0f;
+            }
+#pragma unroll
+        for (int q = 0; q < NQ; q++)
+#pragma unroll
+            for (int u = 0; u < NORM_BATCH; u++)
+                if (i0 + B * q + (int64_t)NORM_VTHREADS * u < n)
+                    acc[q] += (double)(xv[q][u] * xv[q][u]);
+    }
+#pragma unroll
+    for (int q = 0; q < NQ; q++) {
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
-            acc += __shfl_xor_sync(0xffffffffu, acc, o);
+            acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], o);
         if (lane == 0)
-            sh[v >> 5] = acc;
+            sh[(tid + B * q) >> 5] = acc[q];
     }
     __syncthreads();
     double tot = lane < NORM_VTHREADS / 32 ? sh[lane] : 0.0;
@@ -47,8 +66,19 @@ static __device__ void cw_rmsnorm_row(const float *h, const float *w, float *y, 
     const float mean = (float)(tot / (double)n);
     const float scale = 1.0f / sqrtf(mean + eps);
     /* (x·scale)·w, the CPU's order; two products, nothing to contract */
-    for (int64_t i = tid; i < n; i += B)
-        y[i] = __fmul_rn(__fmul_rn(__ldcg(h + i), scale), w[i]);
+    for (int64_t i0 = tid; i0 < n; i0 += (int64_t)NORM_BATCH * B) {
+        float hv[NORM_BATCH], wv[NORM_BATCH];
+#pragma unroll
+        for (int u = 0; u < NORM_BATCH; u++) {
+            const int64_t i = i0 + (int64_t)B * u;
+            hv[u] = i < n ? __ldcg(h + i) : 0.0f;
+            wv[u] = i < n ? __ldg(w + i) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < NORM_BATCH; u++)
+            if (i0 + (int64_t)B * u < n)
+                y[i0 + (int64_t)B * u] = __fmul_rn(__fmul_rn(hv[u], scale), wv[u]);
+    }
     __syncthreads(); /* sh is free again */
 }
 
@@ -75,16 +105,20 @@ static __device__ void cw_norm_epilogue(const cw_norm_epi &e, const float *h, in
     __shared__ double sh[NORM_VTHREADS / 32];
     if (!e.w)
         return;
-    __syncthreads(); /* this block's writes of h are issued */
+    __syncthreads(); /* this block's writes of h happen before thread 0's count */
     if (threadIdx.x == 0) {
-        __threadfence(); /* ... and visible device-wide before the count moves */
+        /* release: the block's writes of h are visible before the count
+         * moves; acquire: the last block sees every block's (a release/
+         * acquire pair, cheaper than the sequentially consistent fences
+         * of __threadfence) */
         const unsigned total = gridDim.x * gridDim.y * gridDim.z;
-        last = atomicAdd(e.count, 1u) == total - 1;
+        unsigned old;
+        asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(old) : "l"(e.count) : "memory");
+        last = old == total - 1;
     }
     __syncthreads();
     if (!last)
         return;
-    __threadfence();
     for (int r = 0; r < rows; r++)
         cw_rmsnorm_row<B>(h + r * ldh, e.w, e.y + r * e.ldy, e.n, e.eps, sh);
     if (threadIdx.x == 0)

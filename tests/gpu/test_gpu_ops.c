@@ -247,7 +247,7 @@ static int decisive(const float *probs, const int32_t *sel, int X, int K, double
 
 static void test_route(struct cw_cuda *c)
 {
-    /* up to 512 experts the warp-per-token kernel, 1024 the block kernel */
+    /* up to 256 experts the rank kernel, 512 the warp-per-token kernel, 1024 the block kernel */
     static const int Xs[] = {16, 256, 512, 1024};
     static const int Ks[] = {1, 4, 8, 16};
     static const int64_t ns[] = {1, 5, 300};
