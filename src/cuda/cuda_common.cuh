@@ -30,8 +30,11 @@ struct cw_cuda {
  * (it returns once the previous grid has completed and its memory is
  * visible, so ordering stays transitive), then cw_pdl_launch_dependents(),
  * so that at most the next kernel is waiting early. Reads of weights (never
- * written on the device after upload) may come before the wait. Below sm_90
- * both are no-ops and cw_launch launches plainly. */
+ * written on the device after upload) may come before the wait, and so may
+ * reads of what the launch before the previous one (or earlier) wrote: the
+ * previous kernel let this one start only after its own wait, i.e. once
+ * that launch had completed. Below sm_90 both are no-ops and cw_launch
+ * launches plainly. */
 static __device__ __forceinline__ void cw_pdl_wait(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

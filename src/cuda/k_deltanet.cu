@@ -153,8 +153,6 @@ static __device__ __forceinline__ void dn_warp_sums(float (&v)[DN_CPW])
 
 static __global__ void __launch_bounds__(DN_WARPS * 32) recur_kernel(dn_args a)
 {
-    cw_pdl_wait();
-    cw_pdl_launch_dependents();
     extern __shared__ float sm[];
     const int h = blockIdx.x, kh = h % a.hk; // tiled v -> k head mapping (GGUF order)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -177,6 +175,12 @@ static __global__ void __launch_bounds__(DN_WARPS * 32) recur_kernel(dn_args a)
             S[c][r] = (j < dv && i < dk) ? Sh[(int64_t)j * dk + i] : 0.0f;
         }
     }
+    /* S was last written by this layer's previous call, at least two
+     * launches back, which has completed (cuda_common.cuh: a launch starts
+     * only once its predecessor has waited); so its loads go out before the
+     * wait, while the projection before us drains */
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     const float scale = 1.0f / sqrtf((float)dk);
     const int64_t q_ch = (int64_t)kh * dk, k_ch = (int64_t)a.hk * dk + (int64_t)kh * dk;
     const int64_t v_ch = 2 * (int64_t)a.hk * dk + (int64_t)h * dv + j0;

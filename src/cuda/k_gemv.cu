@@ -169,8 +169,9 @@ static __device__ __forceinline__ void x_load8(const float *xt, int64_t i, float
 
 /* acc[r][t] = W_r · x_t for the RR rows and NT tokens; every lane gets the
  * sums. stg: this warp's RR*TILE bytes of shared memory (staged formats).
- * The round loop is unrolled by 2 so that the next round's weight loads are
- * issued before this round's arithmetic (two rounds cover a 2048-wide row). */
+ * The round loop is unrolled by 2 (RR = 1: by 4) so that the next rounds'
+ * weight loads are issued before this round's arithmetic (two rounds cover a
+ * 2048-wide row; four a 4096-wide one, the output projections). */
 template <class T, int RR, int NT, bool SX>
 static __device__ __forceinline__ void mv_dot(const uint8_t *const *rows, const float *const *xs,
                                               int nb, const cw_k_tabs &tabs, uint8_t *stg,
@@ -187,7 +188,7 @@ static __device__ __forceinline__ void mv_dot(const uint8_t *const *rows, const 
     int off[RR], ng[RR];
     if (!T::DIRECT)
         stage_load<T, RR>(rows, 0, nb, lane, v, off, ng);
-#pragma unroll 2
+#pragma unroll(RR == 1 ? 4 : 2)
     for (int ub = 0; ub < nu; ub += 32) {
         int u = ub + lane;
         bool on = u < nu;
@@ -585,9 +586,11 @@ static __device__ __forceinline__ void down16_dots(const moe_args &a, int64_t t,
 }
 
 /* RW rows per warp: 1 for a short launch (more warps, each with half the
- * loads in flight: the kernel is bound by latency, not bytes), else 2. */
-template <class T, int DKM, int RW>
-static __global__ void __launch_bounds__(WARPS * 32) moe_down16_kernel(const moe_args a)
+ * loads in flight: the kernel is bound by latency, not bytes), else 2; NW
+ * warps per block share the staged activations (8 with one row per warp,
+ * so that staging them stays one round trip and half the L2 traffic). */
+template <class T, int DKM, int RW, int NW>
+static __global__ void __launch_bounds__(NW * 32) moe_down16_kernel(const moe_args a)
 {
     cw_pdl_wait();
     cw_pdl_launch_dependents();
@@ -595,9 +598,9 @@ static __global__ void __launch_bounds__(WARPS * 32) moe_down16_kernel(const moe
     extern __shared__ __align__(16) uint8_t smem[];
     const int S = a.S;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int64_t row0 = ((int64_t)blockIdx.x * WARPS + warp) * RW, t = blockIdx.y;
+    int64_t row0 = ((int64_t)blockIdx.x * NW + warp) * RW, t = blockIdx.y;
     uint8_t *stg = smem + warp * (T::DIRECT ? 0 : RW * DKM * D::TILE);
-    float *xsm = (float *)(smem + (T::DIRECT ? 0 : WARPS * RW * DKM * D::TILE));
+    float *xsm = (float *)(smem + (T::DIRECT ? 0 : NW * RW * DKM * D::TILE));
     const bool live = row0 < a.n_out;
     auto slice = [&](int k, int r) { return down16_slice(a, t, row0, k, r); };
     /* the weights' loads go out first, then the activations are staged */
@@ -633,7 +636,7 @@ static __global__ void __launch_bounds__(WARPS * 32) moe_down16_kernel(const moe
     __syncthreads();
     if (live)
         down16_dots<T, DKM, RW>(a, t, row0, lane, stg, xsm);
-    cw_norm_epilogue<WARPS * 32>(a.epi, a.y, a.n_out, (int)gridDim.y);
+    cw_norm_epilogue<NW * 32>(a.epi, a.y, a.n_out, (int)gridDim.y);
 }
 
 /* ---- host side ----------------------------------------------------------- */
@@ -829,14 +832,17 @@ struct moe_launch {
             /* one row per warp while the launch has too few warps to keep
              * each SM's loads in flight (the 2048-row decode launch) */
             const int rw = a.n_out * n_tok < (int64_t)4 * WARPS * n_sm ? 1 : 2;
-            dim3 grid((unsigned)((a.n_out + WARPS * rw - 1) / (WARPS * rw)), (unsigned)n_tok);
+            const int nw = rw == 1 ? 2 * WARPS : WARPS;
+            dim3 grid((unsigned)((a.n_out + nw * rw - 1) / (nw * rw)), (unsigned)n_tok);
             /* 8 slots (top-8) or 10 (top-8 + shared; top-9, 10) */
             const int dkm = a.S <= 8 ? 8 : DK_MAX;
-            size_t smem = (T::DIRECT ? 0 : WARPS * rw * dkm * down16<T>::TILE) + xl * a.S;
+            size_t smem = (T::DIRECT ? 0 : nw * rw * dkm * down16<T>::TILE) + xl * a.S;
             void (*k)(const moe_args) =
-                dkm == 8 ? (rw == 1 ? moe_down16_kernel<T, 8, 1> : moe_down16_kernel<T, 8, 2>)
-                         : (rw == 1 ? moe_down16_kernel<T, DK_MAX, 1> : moe_down16_kernel<T, DK_MAX, 2>);
-            e = launch_k(k, grid, 0, WARPS * 32, smem, s, pdl, a, n_sm);
+                dkm == 8 ? (rw == 1 ? moe_down16_kernel<T, 8, 1, 2 * WARPS>
+                                    : moe_down16_kernel<T, 8, 2, WARPS>)
+                         : (rw == 1 ? moe_down16_kernel<T, DK_MAX, 1, 2 * WARPS>
+                                    : moe_down16_kernel<T, DK_MAX, 2, WARPS>);
+            e = launch_k(k, grid, 0, nw * 32, smem, s, pdl, a, n_sm);
         } else if (down) {
             dim3 grid((unsigned)((a.n_out + WARPS * 2 - 1) / (WARPS * 2)), (unsigned)n_tok);
             e = launch_k(moe_down_kernel<T>, grid, 0, WARPS * 32, wstage_bytes<T, 2, WARPS>(), s,
