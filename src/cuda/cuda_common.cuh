@@ -98,6 +98,15 @@ static __device__ __forceinline__ float cw_warp_sum(float v)
     return v;
 }
 
+/* The same butterfly in double (the softmax and norm sums). */
+static __device__ __forceinline__ double cw_warp_sum(double v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
 static __device__ __forceinline__ float cw_warp_max(float v)
 {
 #pragma unroll

@@ -91,17 +91,13 @@ static __global__ void route_kernel(const float *logits, int X, int K, int32_t *
         taken[i] = 0;
         s += (double)e;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        s += __shfl_xor_sync(0xffffffffu, s, o);
+    s = cw_warp_sum(s);
     if (lane == 0)
         shd[warp] = s;
     __syncthreads();
     if (warp == 0) {
         s = lane < n_warp ? shd[lane] : 0.0;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            s += __shfl_xor_sync(0xffffffffu, s, o);
+        s = cw_warp_sum(s);
         if (lane == 0)
             shd[0] = s;
     }
@@ -194,9 +190,7 @@ static __global__ void __launch_bounds__(RANK_X_MAX)
     /* e^(x-max), the sum in double: a butterfly per warp, the warps in order */
     const float e = on ? expf(v - m) : 0.0f;
     double s = (double)e;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        s += __shfl_xor_sync(0xffffffffu, s, o);
+    s = cw_warp_sum(s);
     if (lane == 0)
         shd[warp] = s;
     __syncthreads();
@@ -271,9 +265,7 @@ static __global__ void __launch_bounds__(ROUTE_WARPS * 32)
             p[j] = expf(p[j] - m);
             s += (double)p[j];
         }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        s += __shfl_xor_sync(0xffffffffu, s, o);
+    s = cw_warp_sum(s);
     const float inv = (float)(1.0 / s);
 #pragma unroll
     for (int j = 0; j < RW; j++)

@@ -18,9 +18,7 @@
 /* Sum of a double over the block, in a fixed order; every thread gets it. */
 static __device__ double block_sum_double(double v, double *sh /* [32] */)
 {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
+    v = cw_warp_sum(v);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int n_warp = (blockDim.x + 31) >> 5;
     if (lane == 0)
@@ -28,9 +26,7 @@ static __device__ double block_sum_double(double v, double *sh /* [32] */)
     __syncthreads();
     if (warp == 0) {
         v = lane < n_warp ? sh[lane] : 0.0;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            v += __shfl_xor_sync(0xffffffffu, v, o);
+        v = cw_warp_sum(v);
         if (lane == 0)
             sh[0] = v;
     }

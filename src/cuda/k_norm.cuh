@@ -52,17 +52,13 @@ static __device__ void cw_rmsnorm_row(const float *h, const float *w, float *y, 
     }
 #pragma unroll
     for (int q = 0; q < NQ; q++) {
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], o);
+        acc[q] = cw_warp_sum(acc[q]);
         if (lane == 0)
             sh[(tid + B * q) >> 5] = acc[q];
     }
     __syncthreads();
     double tot = lane < NORM_VTHREADS / 32 ? sh[lane] : 0.0;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        tot += __shfl_xor_sync(0xffffffffu, tot, o);
+    tot = cw_warp_sum(tot);
     const float mean = (float)(tot / (double)n);
     const float scale = 1.0f / sqrtf(mean + eps);
     /* (x·scale)·w, the CPU's order; two products, nothing to contract */
