@@ -313,12 +313,10 @@ int cw_k_moe_route(struct cw_cuda *c, const float *d_logits, int X, int K, int64
     }
     if (X <= WARP_X_MAX && K <= 32) {
         const dim3 grid((unsigned)((n_tok + ROUTE_WARPS - 1) / ROUTE_WARPS));
-        CW_CUDA_TRY(err, X <= 256 ? cw_launch(c->stream, c->pdl, route_warp_kernel<8>, grid,
-                                              dim3(ROUTE_WARPS * 32), 0, d_logits, X, K,
-                                              n_tok, d_ids, d_wts)
-                                  : cw_launch(c->stream, c->pdl, route_warp_kernel<16>, grid,
-                                              dim3(ROUTE_WARPS * 32), 0, d_logits, X, K,
-                                              n_tok, d_ids, d_wts));
+        /* X > RANK_X_MAX here: 16 logits per lane */
+        CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, route_warp_kernel<16>, grid,
+                                   dim3(ROUTE_WARPS * 32), 0, d_logits, X, K, n_tok, d_ids,
+                                   d_wts));
         return 0;
     }
     const size_t shmem = (size_t)X * (sizeof(float) + sizeof(int));
