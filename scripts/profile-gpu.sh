@@ -12,6 +12,8 @@
 #
 # Usage: scripts/profile-gpu.sh MODEL.gguf [OUT.csv]
 #   BENCH_BUILD [build-gpu]: a build dir holding cwen (scripts/bench-gpu.sh makes one)
+#   PROFILE_PREFILL=N: instead, the first PROFILE_COUNT [1400] launches of an
+#     N-token prefill (programmatic launch off), every launch in the table
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:?usage: scripts/profile-gpu.sh MODEL.gguf [OUT.csv]}
@@ -19,10 +21,18 @@ CSV=${2:-$(mktemp --suffix=.csv)}
 CWEN=${BENCH_BUILD:-build-gpu}/cwen
 command -v ncu >/dev/null || { echo "profile-gpu: ncu (Nsight Compute) not found" >&2; exit 1; }
 [ -x "$CWEN" ] || { echo "profile-gpu: no $CWEN (set BENCH_BUILD)" >&2; exit 1; }
+METRICS=gpu__time_duration.sum,launch__registers_per_thread,dram__bytes_read.sum
+if [ -n "${PROFILE_PREFILL:-}" ]; then
+    CWEN_CUDA_PDL=0 ncu --cache-control none --clock-control none \
+        --launch-count "${PROFILE_COUNT:-1400}" --metrics "$METRICS" \
+        --csv "$CWEN" bench -m "$MODEL" -p "$PROFILE_PREFILL" -n 0 -r 1 --backend cuda > "$CSV"
+    python3 scripts/ncu-table.py --all "$CSV"
+    exit
+fi
 # skip the first launches (weights upload, prefill, the first decode steps),
 # then enough launches to hold two argmax kernels, i.e. one whole token
 CWEN_CUDA_GRAPH=0 CWEN_CUDA_PDL=0 ncu --cache-control none --clock-control none \
     --launch-skip "${PROFILE_SKIP:-1500}" --launch-count "${PROFILE_COUNT:-1400}" \
-    --metrics gpu__time_duration.sum,launch__registers_per_thread,dram__bytes_read.sum \
+    --metrics "$METRICS" \
     --csv "$CWEN" bench -m "$MODEL" -p 0 -n 12 -r 1 --backend cuda > "$CSV"
 python3 scripts/ncu-table.py "$CSV"
