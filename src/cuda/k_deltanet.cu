@@ -86,11 +86,6 @@ struct dn_args {
     float *y;
 };
 
-static __device__ __forceinline__ float dn_sigmoid(float x)
-{
-    return cw_dev_sigmoid(x);
-}
-
 static __device__ __forceinline__ float dn_silu(float x)
 {
     return x / (1.0f + expf(-x));
@@ -203,7 +198,7 @@ static __global__ void __launch_bounds__(DN_WARPS * 32) recur_kernel(dn_args a)
         }
         for (int tt = threadIdx.x; tt < nt; tt += blockDim.x) {
             const int64_t r = (t0 + tt) * a.hv + h;
-            s_b[tt] = dn_sigmoid(a.beta_logit[r]);
+            s_b[tt] = cw_dev_sigmoid(a.beta_logit[r]);
             const float x = a.alpha[r] + a.dt_bias[h];
             const float sp = x > 20.0f ? x : logf(1.0f + expf(x)); // softplus as the CPU
             s_d[tt] = expf(sp * a.ssm_a[h]);
@@ -385,7 +380,7 @@ static __global__ void __launch_bounds__(DC_THREADS) dc_prep_kernel(dc_args b)
         sm[c] = dn_conv(a, c, t);
     for (int h = threadIdx.x; h < a.hv; h += blockDim.x) {
         const int64_t r = t * a.hv + h;
-        b.beta[r] = dn_sigmoid(a.beta_logit[r]);
+        b.beta[r] = cw_dev_sigmoid(a.beta_logit[r]);
         const float x = a.alpha[r] + a.dt_bias[h];
         const float sp = x > 20.0f ? x : logf(1.0f + expf(x)); // softplus as the CPU
         b.g[r] = sp * a.ssm_a[h];

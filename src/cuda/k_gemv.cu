@@ -739,6 +739,13 @@ cudaError_t launch_k(void (*k)(const A), dim3 grid, int persist, unsigned thread
     return cw_launch(s, pdl, k, grid, dim3(threads), smem, a);
 }
 
+/* Whether a launch of this many (row, token) outputs has too few warps, at
+ * two rows each, to keep every SM's loads in flight: then one row per warp. */
+static bool few_rows(int64_t rows, int n_sm)
+{
+    return rows < (int64_t)4 * WARPS * n_sm;
+}
+
 /* Bytes of staged x a block may take next to `stage` bytes of weight stage
  * and the kernels' static shared memory (the norm epilogue's, < 1 KB). */
 static size_t xs_budget(size_t smem_optin, size_t stage)
@@ -776,7 +783,7 @@ struct gemv_launch {
         while (use_sx<T>() && ntg > 1 && xl * ntg > xs_max)
             ntg /= 2;
         /* short matrices: one row per warp, for more warps in flight */
-        const bool r1 = a.n_out < (int64_t)4 * WARPS * n_sm;
+        const bool r1 = few_rows(a.n_out, n_sm);
         e = cudaSuccess;
         for (int64_t t0 = 0; t0 < n_tok && e == cudaSuccess; t0 += ntg) {
             a.nt = (int)(n_tok - t0 < ntg ? n_tok - t0 : ntg);
@@ -831,7 +838,7 @@ struct moe_launch {
         if (down && n_in == 512 && a.S <= DK_MAX) {
             /* one row per warp while the launch has too few warps to keep
              * each SM's loads in flight (the 2048-row decode launch) */
-            const int rw = a.n_out * n_tok < (int64_t)4 * WARPS * n_sm ? 1 : 2;
+            const int rw = few_rows(a.n_out * n_tok, n_sm) ? 1 : 2;
             const int nw = rw == 1 ? 2 * WARPS : WARPS;
             dim3 grid((unsigned)((a.n_out + nw * rw - 1) / (nw * rw)), (unsigned)n_tok);
             /* 8 slots (top-8) or 10 (top-8 + shared; top-9, 10) */
