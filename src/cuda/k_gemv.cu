@@ -27,7 +27,27 @@
  * Q8_0's 34, ...) are staged per warp into shared memory with coalesced
  * 16-byte loads first, then read from there with their own alignment.
  *
- * Numerics: weights exactly as quant_dequant.c (k_quant.cuh); activations
+ * Q4_K/Q5_K/Q6_K with n_out >= 16 rows per SM (q8k_use; the 27B's matrices
+ * and the LM heads, not the 35B's 512..8192 x 2048, which are latency-bound)
+ * multiply integers instead: each block quantises its tokens' x to Q8_K in
+ * shared memory first (xq_stage, the CPU's quantiser operation for
+ * operation), then per unit 8 dp4a against the weights' 4-6 bit values,
+ * the block's sums over its 8 lanes by an integer butterfly, and the
+ * block's float value as the CPU forms it (mv_dot_q8k). The dense FFN's
+ * gate/up (cw_k_moe_gate_up, K = 1) takes the same path for those shapes.
+ *
+ * Numerics (Q8_K path): the result is bit-equal to the CPU backend's
+ * vec_dot (cpu_dot_ref.c / the AVX2 twin): x rounds to int8 the same way,
+ * the integer sums are exact in any order, each block's v_b is the same
+ * float expression, and the blocks are added in the CPU's order (slots b
+ * mod 8 in block order, then cw_reduce8's tree). The error against the
+ * exact Σ w x is therefore the CPU's: dominated by x's rounding to the
+ * Q8_K grid, |Δx| <= d_b/2 per element (d_b = max|x|/127 of its block).
+ * Deterministic and batch-invariant by construction (a token's sums never
+ * meet another token's). Finite x assumed (a NaN or inf x: the CPU's
+ * bits are not promised).
+ *
+ * Numerics (f32 path): weights exactly as quant_dequant.c (k_quant.cuh); activations
  * f32; per lane a single fma chain acc = fma(w, x, acc) over its units in
  * ascending order, runs 0..3, elements 0..7; then the fixed butterfly over
  * the 32 lanes (16 lanes in the 512-wide MoE down: 4 additions). Staged or
@@ -40,21 +60,32 @@
  *
  * Measured on an H200 (tests/gpu/test_gpu_gemv.c, CWEN_GPU_BENCH=1; copy
  * bandwidth 4.25 TB/s; median of 200 event-timed launches, weights rotated
- * past L2). The floor: a 1-row Q4_K matrix takes 4.8 us, i.e. the events'
- * and launch's own cost; the small matrices sit 1.3-2.5 us above it
- * (q4_K 512x2048 6.3 us, 2048x2048 6.8, q8_0 512 6.1): they are bound by
- * latency (a DRAM round trip or two per warp plus the launch), which only
- * fewer launches (graphs, fused multi-matrix launches) remove. Large ones:
- * LM head 248320x2048 q8_0 174 us = 73% (was 360 us, 35%: x through L1 at a
- * line per lane), q6_K 173 us 57%, q4_K 162 us 41%; 2048x8192 q4_K 10.6 us.
- * MoE (K = 8, 2048 -> 512 -> 2048, Q4_K): gate_up 11.3 us, down 10.7 us
- * (was 14.7; q6_K 10.4, was 16.5). What bounds the K-quants now: per lane
- * one round is 2 x 16-byte weight loads against 8 float4 x loads and ~100
- * decode instructions per 32 weights; the LM head at 41% (q4_K) is issue-
- * bound on decode + x loads, not on bytes. Next: decode Q4_K with packed
- * integer dot products against x pre-quantised per block (as the fast
- * engines do), more rows per warp with x held in registers, and one launch
- * for the matrices sharing an x. */
+ * past L2; every figure includes the ~4.9 us floor of a 1-row launch, the
+ * events' and launch's own cost). Q8_K path, f32 path before it:
+ *   27B  q4_K 17408x5120 (gate, up)  28.8 us 41%  (36.8, 32%)
+ *        q4_K gate+up in one launch  40.9 us 58%  (61.4, 38%)
+ *        q4_K 5120x17408 (down)      38.6 us 31%  (42.4, 28%)
+ *        q6_K 5120x17408 (down)      45.8 us 38%  (54.5, 32%)
+ *        q4_K 10240x5120 (qkv)       22.0 us 32%  (28.0, 25%)
+ *        q4_K 12288x5120 (q)         23.4 us 36%  (29.3, 28%)
+ *        q4_K 6144x5120, 5120x6144   17.1/17.0 us 24/25%  (18.1/18.4, 23%)
+ *        q6_K 248320x5120 (LM head) 301 us 82%  (417, 59%)
+ *   LM heads x 2048: q4_K 99 us 68% (180, 37%), q6_K 134 us 73% (190, 52%),
+ *   q8_0 174 us 73% (f32 path). The 35B's 512..2048 x 2048 stay on the f32
+ *   path, unchanged (q4_K 512 6.1 us, 2048 6.7; q6_K 6.8, 7.4): latency-
+ *   bound, a DRAM round trip or two per warp plus the launch. MoE (K = 8,
+ *   2048 -> 512 -> 2048, Q4_K): gate_up 11.2 us, down 10.6 us (q6_K 10.2).
+ *   27B decode (cwen bench -p 0 -n 64 -r 2, synthetic q4_k_m): 76.9 tok/s
+ *   (72.0 on the f32 path in the same session).
+ * What bounds the K-quants now: the 27B's matrices sit at 25-41% (minus the
+ * launch floor: 30-50%) while the LM heads reach 73-82%: a persistent grid
+ * of ~8 blocks per SM gives a 5120..17408-row matrix 1-2 row groups (8
+ * rows) per block, so each block's prologue (x's quantisation, the first
+ * loads' latency) and the tail are amortised over few rows; the LM head's
+ * ~30 groups per block amortise them.
+ * Next: one launch for the matrices sharing an x (the prologue once), x
+ * quantised once per launch instead of once per block, deeper load
+ * pipelines for the long rows (5120 x 17408 at 31%). */
 #include <stdio.h>
 
 #include "cuda/k_gemm.cuh" /* the grouped prefill experts */
@@ -244,6 +275,175 @@ static __device__ __forceinline__ void mv_dot(const uint8_t *const *rows, const 
             acc[r][t] = cw_warp_sum(acc[r][t]);
 }
 
+/* Q8_K copies of nt tokens' x (row t at x + t*ldx) into shared memory, row
+ * t at xq + t*kq_xq_bytes(nb): one warp per (token, 256-block), 8 elements
+ * per lane. The CPU's quantiser (quant_quant.c cw_quant_row_q8_k) operation
+ * for operation: the signed largest element (first of the largest |x|),
+ * iscale = -127/max, q = rne(iscale*x) by the same 1.5*2^23 trick, capped
+ * at 127, d = 1/iscale; an all-zero block gives d = 0, q = 0. */
+template <class T>
+static __device__ __forceinline__ void xq_stage(const float *x, int64_t ldx, int nt, int nb,
+                                                uint8_t *xq)
+{
+    typedef kq_q8k<T> I;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int tb = kq_xq_bytes(nb), n = nt * nb;
+    /* XQB items per warp in flight: a long row's x arrives in a few
+     * round trips, not one per 256 elements */
+    enum { XQB = 4 };
+    for (int i0 = warp; i0 < n; i0 += XQB * nw) {
+        float4 ld[XQB][2];
+#pragma unroll
+        for (int k = 0; k < XQB; k++) {
+            int it = min(i0 + k * nw, n - 1), t = it / nb, b = it - t * nb;
+            const float4 *xp = (const float4 *)(x + t * ldx + 256 * b + 8 * lane);
+            ld[k][0] = __ldg(xp), ld[k][1] = __ldg(xp + 1);
+        }
+#pragma unroll
+        for (int k = 0; k < XQB; k++) {
+        int it = i0 + k * nw;
+        if (it >= n)
+            break; /* uniform over the warp */
+        int t = it / nb, b = it - t * nb;
+        float4 a = ld[k][0], c = ld[k][1];
+        float v[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+        float amax = 0.0f, mx = 0.0f;
+        int idx = 256;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            if (fabsf(v[j]) > amax)
+                amax = fabsf(v[j]), mx = v[j], idx = 8 * lane + j;
+        /* a total order (|x| descending, index ascending): every lane ends
+         * with the CPU's pick */
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            float oa = __shfl_xor_sync(0xffffffffu, amax, o);
+            float om = __shfl_xor_sync(0xffffffffu, mx, o);
+            int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+            if (oa > amax || (oa == amax && oi < idx))
+                amax = oa, mx = om, idx = oi;
+        }
+        uint32_t w[2] = {0u, 0u};
+        int sum = 0;
+        float d = 0.0f;
+        if (mx != 0.0f) {
+            float is = __fdiv_rn(-127.0f, mx);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float f = __fadd_rn(__fmul_rn(is, v[j]), 12582912.0f);
+                int r = (__float_as_int(f) & 0x007fffff) - 0x00400000;
+                r = r < 127 ? r : 127;
+                sum += (int8_t)r;
+                w[j >> 2] |= (uint32_t)(r & 0xFF) << (8 * (j & 3));
+            }
+            d = __fdiv_rn(1.0f, is);
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1); /* bsum of 16: lanes 2g, 2g+1 */
+        uint8_t *q = xq + t * tb;
+        *(uint2 *)(q + 256 * b + I::xq_pos(8 * lane)) = make_uint2(w[0], w[1]);
+        if (!(lane & 1))
+            ((int16_t *)(q + 256 * nb))[16 * b + (lane >> 1)] = (int16_t)sum;
+        if (lane == 0)
+            ((float *)(q + 288 * nb))[b] = d;
+        }
+    }
+}
+
+/* The Q8_K types (kq_q8k): acc[r][t] = the CPU's vec_dot of row r with
+ * token t's Q8_K copy (xq[t], xq_stage), bit for bit. Per round the 8 lanes
+ * of a block (4 blocks per round) form their integer shares, sum them by a
+ * 3-step butterfly (exact), and every lane of the block forms the block's
+ * float value v_b as the CPU does. The CPU adds v_b to acc[b mod 8] in block
+ * order and ends with cw_reduce8: here block b = 4*round + lane/8, so lane
+ * group k keeps slot k (even rounds) and slot 4 + k (odd rounds), each in
+ * block order; cw_reduce8's tree is then (slot k + slot 4+k) in the group,
+ * + group k^2 (xor 16), + group k^1 (xor 8): the same additions. The weight
+ * loads (direct or staged) are mv_dot's. */
+template <class T, int RR, int NT>
+static __device__ __forceinline__ void mv_dot_q8k(const uint8_t *const *rows,
+                                                  const uint8_t *const *xq, int nb, uint8_t *stg,
+                                                  int lane, float (&acc)[RR][NT])
+{
+    typedef stage_of<T> S;
+    typedef kq_q8k<T> I;
+    const int nu = nb * T::UPB;
+    float ae[RR][NT], ao[RR][NT];
+#pragma unroll
+    for (int r = 0; r < RR; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            ae[r][t] = ao[r][t] = 0.0f;
+    uint4 v[RR][S::GMAX];
+    int off[RR], ng[RR];
+    if (!T::DIRECT)
+        stage_load<T, RR>(rows, 0, nb, lane, v, off, ng);
+#pragma unroll 2
+    for (int ub = 0; ub < nu; ub += 32) {
+        int u = ub + lane;
+        bool on = u < nu, odd = (ub >> 5) & 1;
+        int blk = (on ? u : ub) / T::UPB, p = (on ? u : ub) % T::UPB;
+        const uint8_t *bp[RR];
+        if (T::DIRECT) {
+#pragma unroll
+            for (int r = 0; r < RR; r++)
+                bp[r] = rows[r] + (size_t)blk * T::BB;
+        } else {
+            int b0 = ub / T::UPB;
+#pragma unroll
+            for (int r = 0; r < RR; r++)
+#pragma unroll
+                for (int k = 0; k < S::GMAX; k++)
+                    if (lane + 32 * k < ng[r])
+                        ((uint4 *)(stg + r * S::TILE))[lane + 32 * k] = v[r][k];
+            __syncwarp();
+#pragma unroll
+            for (int r = 0; r < RR; r++)
+                bp[r] = stg + r * S::TILE + off[r] + (blk - b0) * T::BB;
+            if (ub + 32 < nu)
+                stage_load<T, RR>(rows, ub + 32, nb, lane, v, off, ng);
+        }
+        /* every lane computes (the shuffles need the whole warp); lanes
+         * past the row's end leave their sums untouched */
+        kq_iu w[RR];
+#pragma unroll
+        for (int r = 0; r < RR; r++)
+            I::unit(bp[r], p, w[r]);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *qb = xq[t] + 256 * blk;
+            uint4 xa = *(const uint4 *)(qb + 16 * p), xb = *(const uint4 *)(qb + 16 * (8 + p));
+            const int16_t *bs = (const int16_t *)(xq[t] + 256 * nb) + 16 * blk;
+            float dx = ((const float *)(xq[t] + 288 * nb))[blk];
+#pragma unroll
+            for (int r = 0; r < RR; r++) {
+                int2 s = I::dot(w[r], xa, xb, bs, p);
+#pragma unroll
+                for (int o = 1; o < 8; o <<= 1) {
+                    s.x += __shfl_xor_sync(0xffffffffu, s.x, o);
+                    s.y += __shfl_xor_sync(0xffffffffu, s.y, o);
+                }
+                float vb = I::comb(w[r], dx, s);
+                if (on) {
+                    if (odd)
+                        ao[r][t] = __fadd_rn(ao[r][t], vb);
+                    else
+                        ae[r][t] = __fadd_rn(ae[r][t], vb);
+                }
+            }
+        }
+        if (!T::DIRECT)
+            __syncwarp(); /* the stage is rewritten next round */
+    }
+#pragma unroll
+    for (int r = 0; r < RR; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float s = __fadd_rn(ae[r][t], ao[r][t]);
+            s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 16));
+            acc[r][t] = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 8));
+        }
+}
+
 /* Bytes of the per-warp weight stages of a block (16 for direct formats). */
 template <class T, int RR, int NW>
 static __host__ __device__ constexpr int wstage_bytes()
@@ -318,7 +518,16 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a
     }
     cw_pdl_wait();
     cw_pdl_launch_dependents();
-    if (SX) {
+    /* the Q8_K types: x quantised once per block (xq_stage) */
+    constexpr bool Q8K = SX && kq_q8k<T>::ON;
+    const uint8_t *xq[NT];
+    if constexpr (Q8K) {
+        xq_stage<T>(a.x, a.ldx, a.nt, a.nb, (uint8_t *)xsm);
+        __syncthreads();
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            xq[t] = (const uint8_t *)xsm + (t < a.nt ? t : 0) * kq_xq_bytes(a.nb);
+    } else if (SX) {
         x_stage<T>(a.x, a.ldx, a.nt, n_in, xsm);
         __syncthreads();
 #pragma unroll
@@ -340,7 +549,10 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a
         for (int r = 0; r < RR; r++)
             rows[r] = mv_row(a, min(row0 + r, a.n_out - 1));
         float acc[RR][NT];
-        mv_dot<T, RR, NT, SX>(rows, xs, a.nb, a.tabs, stg, lane, acc);
+        if constexpr (Q8K)
+            mv_dot_q8k<T, RR, NT>(rows, xq, a.nb, stg, lane, acc);
+        else
+            mv_dot<T, RR, NT, SX>(rows, xs, a.nb, a.tabs, stg, lane, acc);
         /* lane r*NT + t writes (row r, token t) */
 #pragma unroll
         for (int r = 0; r < RR; r++)
@@ -434,6 +646,49 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_kernel(const moe_a
     if (lane == 0) {
         float g = acc[0][0];
         *yp = __fmul_rn(g / (1.0f + expf(-g)), acc[1][0]);
+    }
+}
+
+/* The Q8_K types with K == 1 (the dense FFN's gate and up, kq_q8k_rows):
+ * the block quantises the pair's token once (xq_stage) and walks row
+ * groups (persistent grid.x); each warp a row's gate and up as
+ * mv_dot_q8k's two rows, so g and u are the bits cw_k_matmul gives (the
+ * decode graph's n = 1 path and the drafts' n > 1 path agree), then act as
+ * above. grid (row blocks, n_tok). */
+template <class T>
+static __global__ void __launch_bounds__(MW * 32) moe_gate_up_q8k_kernel(const moe_args a)
+{
+    extern __shared__ __align__(16) uint8_t smem[];
+    uint8_t *xq = smem + wstage_bytes<T, 2, MW>();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t pair = blockIdx.y;
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    const int e = a.ids[pair];
+    const int64_t r0 = (int64_t)blockIdx.x * MW + warp;
+    if (e < 0) {
+        for (int64_t r = r0; r < a.n_out; r += (int64_t)gridDim.x * MW)
+            if (lane == 0)
+                a.y[pair * a.n_out + r] = 0.0f;
+        return; /* the whole block: one pair */
+    }
+    const uint8_t *g = a.g + (size_t)e * a.eb, *u = a.u + (size_t)e * a.eb;
+    if (r0 < a.n_out) {
+        row_prefetch<T, true>(g + (size_t)r0 * a.rb, a.nb, lane);
+        row_prefetch<T, true>(u + (size_t)r0 * a.rb, a.nb, lane);
+    }
+    xq_stage<T>(a.x + (pair / a.K) * (int64_t)a.nb * T::QK, 0, 1, a.nb, xq);
+    __syncthreads();
+    const uint8_t *xs[1] = {xq};
+    uint8_t *stg = smem + warp * (T::DIRECT ? 0 : 2 * stage_of<T>::TILE);
+    for (int64_t r = r0; r < a.n_out; r += (int64_t)gridDim.x * MW) {
+        const uint8_t *rows[2] = {g + (size_t)r * a.rb, u + (size_t)r * a.rb};
+        float acc[2][1];
+        mv_dot_q8k<T, 2, 1>(rows, xs, a.nb, stg, lane, acc);
+        if (lane == 0) {
+            float gv = acc[0][0];
+            a.y[pair * a.n_out + r] = __fmul_rn(gv / (1.0f + expf(-gv)), acc[1][0]);
+        }
     }
 }
 
@@ -716,6 +971,19 @@ constexpr bool use_sx()
     return !T::DIRECT && T::XP == 32;
 }
 
+/* Whether a product of this type and shape multiplies x quantised to Q8_K
+ * (the kq_q8k types, one token's copy fits XS_MAX, n_out >= 16 n_sm: the
+ * shorter matrices are bound by latency, where quantising x first costs
+ * more than it saves). A function of the matrix alone: every n_tok, the
+ * matmul and the K == 1 gate/up take the same path (batch invariance). */
+template <class T>
+bool q8k_use(int64_t n_out, int nb, int n_sm)
+{
+    if constexpr (kq_q8k<T>::ON)
+        return (size_t)kq_xq_bytes(nb) <= XS_MAX && n_out >= (int64_t)16 * n_sm;
+    return false;
+}
+
 /* Launches k with `smem` dynamic shared bytes (raising the kernel's limit
  * past 48 KB first); grid.x <= 0 asks for a persistent grid: as many blocks
  * as fit on the chip at once (min with -grid.x). */
@@ -763,6 +1031,7 @@ struct gemv_launch {
     const float *x0, *sl0;
     float *y0[MV_SEGS], *epi_y0;
     int n_sm;
+    bool q8k; /* x quantised to Q8_K (cw_k_q8k of every matrix of the launch) */
     cudaError_t e;
     template <class T, int RR, int NT, bool SX>
     void one(size_t xl)
@@ -771,12 +1040,48 @@ struct gemv_launch {
         unsigned grp = (unsigned)((a.n_out + WARPS * RR - 1) / (WARPS * RR));
         e = launch_k(gemv_kernel<T, RR, NT, SX>, dim3(grp), SX, WARPS * 32, smem, s, pdl, a, n_sm);
     }
+    /* The Q8_K types (kq_q8k): x quantised per block in shared memory, by
+     * groups of the largest of 8, 4, 2, 1 tokens that fit XS_MAX; false
+     * (the f32 path, for every n_tok: the choice depends on n_in only) when
+     * not even one token fits. */
+    template <class T>
+    bool q8k_go()
+    {
+        const size_t ql = (size_t)kq_xq_bytes(a.nb);
+        if (!q8k)
+            return false;
+        int ntg = NT_MAX;
+        while (ntg > 1 && ql * ntg > XS_MAX)
+            ntg /= 2;
+        e = cudaSuccess;
+        for (int64_t t0 = 0; t0 < n_tok && e == cudaSuccess; t0 += ntg) {
+            a.nt = (int)(n_tok - t0 < ntg ? n_tok - t0 : ntg);
+            a.x = x0 + t0 * a.ldx;
+            for (int i = 0; i < a.nseg; i++)
+                a.seg[i].y = y0[i] + t0 * a.seg[i].ldy;
+            if (a.epi.w)
+                a.epi.y = epi_y0 + t0 * a.epi.ldy;
+            a.scale_logit = sl0 ? sl0 + t0 : NULL;
+            if (a.nt == 1)
+                one<T, 2, 1, true>(ql);
+            else if (a.nt == 2)
+                one<T, 2, 2, true>(ql);
+            else if (a.nt <= 4)
+                one<T, 2, 4, true>(ql);
+            else
+                one<T, 2, 8, true>(ql);
+        }
+        return true;
+    }
     template <class T>
     int go()
     {
         const int64_t n_in = (int64_t)a.nb * T::QK;
         const size_t xl = (size_t)xs_len<T>(n_in) * sizeof(float);
         const size_t xs_max = xs_budget(smem_optin, wstage_bytes<T, 2, WARPS>());
+        if constexpr (kq_q8k<T>::ON)
+            if (q8k_go<T>())
+                return 0;
         /* token groups: 8 (the formats staging x always: the largest of 8,
          * 4, 2, 1 whose x fits the stage) */
         int ntg = NT_MAX;
@@ -854,6 +1159,11 @@ struct moe_launch {
             dim3 grid((unsigned)((a.n_out + WARPS * 2 - 1) / (WARPS * 2)), (unsigned)n_tok);
             e = launch_k(moe_down_kernel<T>, grid, 0, WARPS * 32, wstage_bytes<T, 2, WARPS>(), s,
                          pdl, a, n_sm);
+        } else if (a.K == 1 && a.S == 1 && q8k_use<T>(a.n_out, a.nb, n_sm)) {
+            dim3 grid((unsigned)((a.n_out + MW - 1) / MW), (unsigned)n_tok);
+            size_t smem = wstage_bytes<T, 2, MW>() + (size_t)kq_xq_bytes(a.nb);
+            if constexpr (kq_q8k<T>::ON)
+                e = launch_k(moe_gate_up_q8k_kernel<T>, grid, 1, MW * 32, smem, s, pdl, a, n_sm);
         } else {
             dim3 grid((unsigned)((a.n_out + MW - 1) / MW), (unsigned)(n_tok * a.S));
             size_t ws = wstage_bytes<T, 2, MW>();
@@ -866,6 +1176,31 @@ struct moe_launch {
     }
 };
 } // namespace
+
+namespace {
+struct q8k_query {
+    int64_t n_out;
+    int nb, n_sm;
+    bool on;
+    template <class T>
+    int go()
+    {
+        on = q8k_use<T>(n_out, nb, n_sm);
+        return 0;
+    }
+};
+} // namespace
+
+extern "C" bool cw_k_q8k(const struct cw_cuda *c, enum cw_qtype type, int64_t n_in,
+                         int64_t n_out)
+{
+    int qk = cw_k_block_elems(type);
+    if (qk <= 0 || n_in % qk)
+        return false;
+    q8k_query f = {n_out, (int)(n_in / qk), c->info.n_sm > 0 ? c->info.n_sm : 1, false};
+    cw_k_dispatch(type, f);
+    return f.on;
+}
 
 extern "C" size_t cw_k_matmul_scratch(const struct cw_k_mat *W, int64_t n_tok)
 {
@@ -908,6 +1243,7 @@ static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const
     f.x0 = d_x, f.sl0 = d_scale_logit;
     f.n_sm = c->info.n_sm > 0 ? c->info.n_sm : 1;
     f.smem_optin = c->info.smem_optin;
+    f.q8k = cw_k_q8k(c, W[0]->type, W[0]->n_in, W[0]->n_out);
     f.e = cudaSuccess;
     cw_k_dispatch(W[0]->type, f);
     CW_CUDA_TRY(err, f.e);
@@ -990,7 +1326,9 @@ extern "C" int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat
         int64_t gl[MV_SEGS];
         int m = 0;
         for (int j = i; j < n && m < MV_SEGS; j++)
-            if (!done[j] && W[j]->type == W[i]->type && W[j]->n_in == W[i]->n_in) {
+            if (!done[j] && W[j]->type == W[i]->type && W[j]->n_in == W[i]->n_in &&
+                cw_k_q8k(c, W[j]->type, W[j]->n_in, W[j]->n_out) ==
+                    cw_k_q8k(c, W[i]->type, W[i]->n_in, W[i]->n_out)) {
                 done[j] = true;
                 gw[m] = W[j], gy[m] = d_y[j], gl[m] = ldy[j];
                 m++;
@@ -1052,7 +1390,7 @@ static int moe_gate_up_run(struct cw_cuda *c, const struct cw_k_mat *G, const st
                    SG ? SG->row_bytes : 0, NULL, epi_of(NULL, 0)};
     f.down = false;
     f.n_tok = n_tok;
-    f.n_sm = c->info.n_sm;
+    f.n_sm = c->info.n_sm > 0 ? c->info.n_sm : 1;
     f.smem_optin = c->info.smem_optin;
     f.e = cudaSuccess;
     cw_k_dispatch(G->type, f);

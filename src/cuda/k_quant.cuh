@@ -511,6 +511,160 @@ struct kt_iq4_xs {
     }
 };
 
+/* ---- Q8_K integer products (the decode GEMV of Q4_K/Q5_K/Q6_K) ---------
+ * x is quantised per 256-element block to Q8_K exactly as the CPU does
+ * (gguf/quant_quant.c: int8 q, f32 d, int16 sums of 16), and each block's
+ * integer sums are formed with dp4a, exact in any order; the float combine
+ * per block is then the CPU's (cpu_dot.h cw_comb_min / cw_comb1), so the
+ * GPU's per-block values equal the CPU's bit for bit (k_gemv.cu says how
+ * the blocks are summed in the CPU's order).
+ *
+ * The Q8_K copy of a token in shared memory (kq_xq_bytes): nb blocks of 256
+ * int8 laid out for the units (xq_pos: lane p's 32 bytes are the 16-byte
+ * granules p and 8 + p of its block, so the 8 lanes of a block read 8
+ * distinct bank groups per load), then nb*16 int16 bsums in element order,
+ * then nb f32 d. */
+static __host__ __device__ __forceinline__ int kq_xq_bytes(int nb)
+{
+    return (nb * (256 + 32 + 4) + 15) / 16 * 16;
+}
+
+/* One row's unit for the integer product: 8 words of weight bytes matched
+ * word for word with the lane's 32 x bytes (granule p: words 0-3, granule
+ * 8 + p: words 4-7), the scale of each word pair, the mins of the two
+ * halves (Q4_K/Q5_K) and the block's f16 scales. */
+struct kq_iu {
+    uint32_t q[8];
+    int sc[4], m[2];
+    float d, dmin;
+};
+
+/* Default: not a Q8_K type. */
+template <class T>
+struct kq_q8k {
+    enum { ON = 0 };
+};
+
+/* Q4_K/Q5_K unit p (c = p/2, hf = p%2): words 0-3 = 16 low nibbles of
+ * sub-block 2c (elements 16hf..), words 4-7 = 16 high nibbles of 2c+1. */
+template <bool Q5>
+struct kq_k4_int {
+    enum { ON = 1 };
+    /* byte of element e (e % 8 == 0) in its block's x copy */
+    static __device__ int xq_pos(int e)
+    {
+        int c = e >> 6, r = e & 63;
+        return 16 * (8 * (r >> 5) + 2 * c + ((r >> 4) & 1)) + (r & 15);
+    }
+    static __device__ void unit(const uint8_t *b, int p, kq_iu &u)
+    {
+        uint4 hd = __ldg((const uint4 *)b);
+        int c = p >> 1, hf = p & 1;
+        uint4 qv = __ldg((const uint4 *)(b + (Q5 ? 48 : 16) + 32 * c + 16 * hf));
+        uint4 hv = make_uint4(0, 0, 0, 0);
+        if (Q5)
+            hv = __ldg((const uint4 *)(b + 16 + 16 * hf));
+        u.d = cw_dev_f16_to_f32((uint16_t)(hd.x & 0xFFFF));
+        u.dmin = cw_dev_f16_to_f32((uint16_t)(hd.x >> 16));
+        uint32_t q[4] = {qv.x, qv.y, qv.z, qv.w}, qh[4] = {hv.x, hv.y, hv.z, hv.w};
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int s = 2 * c + h, sc, m;
+            kq_k4_scale(hd.y, hd.z, hd.w, s, &sc, &m);
+            u.sc[2 * h] = u.sc[2 * h + 1] = sc;
+            u.m[h] = m;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                uint32_t v = (q[i] >> (4 * h)) & 0x0F0F0F0Fu;
+                if (Q5)
+                    v |= ((qh[i] >> s) & 0x01010101u) << 4;
+                u.q[4 * h + i] = v;
+            }
+        }
+    }
+    /* this lane's share of the block's sumi and summ (cpu_dot_ref.c):
+     * Σ sc_s q x over its 32 weights, and m_s times the bsums of its two
+     * 16-runs (the block's 8 lanes cover each bsum once) */
+    static __device__ int2 dot(const kq_iu &u, const uint4 &xa, const uint4 &xb,
+                               const int16_t *bs, int p)
+    {
+        int c = p >> 1, hf = p & 1;
+        int dl = __dp4a((int)u.q[0], (int)xa.x, 0);
+        dl = __dp4a((int)u.q[1], (int)xa.y, dl);
+        dl = __dp4a((int)u.q[2], (int)xa.z, dl);
+        dl = __dp4a((int)u.q[3], (int)xa.w, dl);
+        int dh = __dp4a((int)u.q[4], (int)xb.x, 0);
+        dh = __dp4a((int)u.q[5], (int)xb.y, dh);
+        dh = __dp4a((int)u.q[6], (int)xb.z, dh);
+        dh = __dp4a((int)u.q[7], (int)xb.w, dh);
+        return make_int2(u.sc[0] * dl + u.sc[2] * dh,
+                         u.m[0] * bs[4 * c + hf] + u.m[1] * bs[4 * c + 2 + hf]);
+    }
+    /* cw_comb_min's v: (dx*d)*sumi - (dx*dmin)*summ */
+    static __device__ float comb(const kq_iu &u, float dx, int2 s)
+    {
+        float t = __fmul_rn(__fmul_rn(dx, u.d), __int2float_rn(s.x));
+        float w = __fmul_rn(__fmul_rn(dx, u.dmin), __int2float_rn(s.y));
+        return __fsub_rn(t, w);
+    }
+};
+
+/* Q6_K unit p (hh = p/4, l0 = 8(p%4)): run k (elements 128hh + 32k + l0
+ * ..+8) is word pair k: granule p holds runs 0, 1, granule 8 + p runs 2, 3.
+ * The weights q - 32 as signed bytes (__vsub4: no byte borrows, |q-32| <= 32). */
+struct kq_k6_int {
+    enum { ON = 1 };
+    static __device__ int xq_pos(int e)
+    {
+        int hh = e >> 7, k = (e >> 5) & 3, l = e & 31;
+        return 16 * (8 * (k >> 1) + 4 * hh + (l >> 3)) + 8 * (k & 1);
+    }
+    static __device__ void unit(const uint8_t *b, int p, kq_iu &u)
+    {
+        int hh = p >> 2, l0 = 8 * (p & 3);
+        u.d = kq_h(b + 208);
+        u.dmin = 0.0f;
+        u.m[0] = u.m[1] = 0;
+        const uint8_t *ql = b + 64 * hh + l0, *qh = b + 128 + 32 * hh + l0;
+        uint32_t A[2] = {kq_u32a2(ql), kq_u32a2(ql + 4)};
+        uint32_t B[2] = {kq_u32a2(ql + 32), kq_u32a2(ql + 36)};
+        uint32_t C[2] = {kq_u32a2(qh), kq_u32a2(qh + 4)};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            u.sc[k] = (int8_t)b[192 + 8 * hh + 2 * k + (l0 >> 4)];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                uint32_t lo = ((k & 1 ? B[i] : A[i]) >> (4 * (k >> 1))) & 0x0F0F0F0Fu;
+                uint32_t v = lo | ((C[i] >> (2 * k)) & 0x03030303u) << 4;
+                u.q[2 * k + i] = __vsub4(v, 0x20202020u);
+            }
+        }
+    }
+    static __device__ int2 dot(const kq_iu &u, const uint4 &xa, const uint4 &xb, const int16_t *,
+                               int)
+    {
+        uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+        int s = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            s += u.sc[k] * __dp4a((int)u.q[2 * k], (int)xw[2 * k],
+                                  __dp4a((int)u.q[2 * k + 1], (int)xw[2 * k + 1], 0));
+        return make_int2(s, 0);
+    }
+    /* cw_comb1's t: (dx*d)*sumi */
+    static __device__ float comb(const kq_iu &u, float dx, int2 s)
+    {
+        return __fmul_rn(__fmul_rn(dx, u.d), __int2float_rn(s.x));
+    }
+};
+
+template <>
+struct kq_q8k<kt_q4_k> : kq_k4_int<false> {};
+template <>
+struct kq_q8k<kt_q5_k> : kq_k4_int<true> {};
+template <>
+struct kq_q8k<kt_q6_k> : kq_k6_int {};
+
 /* The one switch from the enum to the template instances (STYLE §5): calls
  * f.template go<T>() for the type's decoder; returns -1 for a type
  * the kernels do not read. */

@@ -88,6 +88,12 @@ int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
                       const float *d_x, int64_t ldx, int64_t n_tok, float *const *d_y,
                       const int64_t *ldy, void *d_scratch, struct cw_err *err);
 
+/* Whether cw_k_matmul (n_tok <= 32) and cw_k_moe_gate_up with K = 1 of
+ * this type and shape multiply x quantised to Q8_K as the CPU does, with
+ * results bit-equal to the CPU's vec_dot (k_gemv.cu: Q4_K/Q5_K/Q6_K of at
+ * least 16 rows per SM); otherwise f32 x. */
+bool cw_k_q8k(const struct cw_cuda *c, enum cw_qtype type, int64_t n_in, int64_t n_out);
+
 /* Bytes of d_scratch cw_k_matmul needs for n_tok tokens of W (0 if none);
  * the caller allocates the max over its matrices once. */
 size_t cw_k_matmul_scratch(const struct cw_k_mat *W, int64_t n_tok);

@@ -6,6 +6,10 @@
  * element checked. Bounds (derived in k_gemv.cu / k_gemm.cu):
  *   GEMV (n_tok <= 32): (L + 5) 2^-24 Σ|w x|, L = 32 ceil(n_in / 1024) the
  *     lane's fma chain, plus 4 ulp of the result for the σ scale / add;
+ *   GEMV of Q4_K/Q5_K/Q6_K: x quantised to Q8_K as the CPU does, so the
+ *     product is bit-equal to the CPU's vec_dot (cpu_gemv.h; its accuracy
+ *     against llama.cpp is test_cpu_gemv_oracle's), plus the same 4 ulp
+ *     for the σ scale / add;
  *   GEMM (tensor cores, TF32): (2^-9 + n_in 2^-24) Σ|w x| + 4 ulp.
  * Dequantisation and get_rows are exact (bit-equal to quant_dequant.c), and
  * batch invariance is bit-exact. CWEN_GPU_BENCH=1 adds the GB/s table. */
@@ -16,12 +20,12 @@
 #include <string.h>
 
 #include "cuda/cuda_timer.h"
+#include "cpu/cpu_gemv.h"
 #include "cuda/kernels.h"
 #define GPU_TEST_SEED 0x9E3779B97F4A7C15ull
 #include "gpu_test.h"
 
 #define GEMV_MAX_TOK 32 /* k_gemv.cu's CW_K_GEMV_MAX_TOK */
-
 
 static const enum cw_qtype TYPES[] = {
     CW_TYPE_Q4_K, CW_TYPE_Q6_K, CW_TYPE_Q5_K, CW_TYPE_Q8_0, CW_TYPE_F32, CW_TYPE_F16,
@@ -105,7 +109,11 @@ static int check_matmul(const struct hmat *m, const void *d_w, int64_t n_tok, in
     double rel = gemm ? ldexp(1, -9) + m->n_in * ldexp(1, -24) : (L + 5) * ldexp(1, -24);
     int bad = 0;
     double worst = 0;
-    for (int64_t t = 0; t < n_tok; t++)
+    const int q8k = !gemm && cw_k_q8k(C, m->type, m->n_in, m->n_out);
+    void *xq = q8k ? malloc(cw_cpu_act_bytes(m->type, m->n_in)) : NULL;
+    for (int64_t t = 0; t < n_tok; t++) {
+        if (q8k)
+            cw_cpu_quantize_act(m->type, x + t * ldx, xq, m->n_in);
         for (int64_t r = 0; r < ldy; r++) {
             float got = y[t * ldy + r];
             if (r >= m->n_out) { /* past n_out: untouched */
@@ -120,8 +128,22 @@ static int check_matmul(const struct hmat *m, const void *d_w, int64_t n_tok, in
                 s += p, sa += fabs(p);
             }
             double g = scale ? sigm(sl[t]) : 1.0;
+            double rl = rel;
+            if (q8k) { /* the CPU's value: exact without epilogue, 4 ulp with */
+                float c = cw_cpu_vec_dot(m->type, m->n_in, m->q + r * m->rb, xq);
+                if (!add && !scale) {
+                    if (memcmp(&c, &got, 4)) {
+                        if (bad < 3)
+                            note("%s: t %lld r %lld: got %.9g, the CPU %.9g", tag, (long long)t,
+                                 (long long)r, got, c);
+                        bad++;
+                    }
+                    continue;
+                }
+                s = c, rl = 0;
+            }
             double ref = s * g + (add ? y0[t * ldy + r] : 0.0);
-            double tol = rel * sa * g + 4 * ldexp(fabs(s * g) + fabs(ref), -24) + 1e-30;
+            double tol = rl * sa * g + 4 * ldexp(fabs(s * g) + fabs(ref), -24) + 1e-30;
             double e = fabs(got - ref);
             if (!(e <= tol)) {
                 if (bad < 3)
@@ -132,9 +154,12 @@ static int check_matmul(const struct hmat *m, const void *d_w, int64_t n_tok, in
                 worst = e / tol;
             }
         }
-    ok(bad == 0, "%s %s %lldx%lld n_tok %lld ldx %lld ldy %lld%s%s: %d bad (worst %.2f of bound)",
+    }
+    free(xq);
+    ok(bad == 0, "%s %s %lldx%lld n_tok %lld ldx %lld ldy %lld%s%s: %d bad (worst %.2f of bound%s)",
        tag, cw_qtype_name(m->type), (long long)m->n_out, (long long)m->n_in, (long long)n_tok,
-       (long long)ldx, (long long)ldy, add ? " add" : "", scale ? " scaled" : "", bad, worst);
+       (long long)ldx, (long long)ldy, add ? " add" : "", scale ? " scaled" : "", bad, worst,
+       q8k ? "; = the CPU's q8_K vec_dot" : "");
     cw_cuda_free(C, dx), cw_cuda_free(C, dy), cw_cuda_free(C, ds), cw_cuda_free(C, scr);
     free(x), free(y0), free(y);
     return bad;
@@ -204,10 +229,12 @@ static void check_invariance(const struct hmat *m, const void *d_w)
  * cw_k_matmul, and write nothing outside y_i's n_out columns of each row. */
 static void check_multi(void)
 {
-    enum { N = 5, IN = 2048 };
+    /* the 2200-row q4_K takes the Q8_K path where the device has <= 137
+     * SMs (cw_k_q8k), the short q4_K ones f32 x: they must not share a launch */
+    enum { N = 6, IN = 2048, LD = 2203 };
     static const enum cw_qtype ty[N] = {CW_TYPE_Q6_K, CW_TYPE_Q4_K, CW_TYPE_Q4_K, CW_TYPE_F32,
-                                        CW_TYPE_Q4_K};
-    static const int64_t rows[N] = {96, 64, 3, 5, 33};
+                                        CW_TYPE_Q4_K, CW_TYPE_Q4_K};
+    static const int64_t rows[N] = {96, 64, 3, 5, 33, 2200};
     struct hmat m[N];
     struct cw_k_mat W[N];
     const struct cw_k_mat *Wp[N];
@@ -222,23 +249,23 @@ static void check_multi(void)
         ldy[i] = rows[i] + 3; /* a gap after each row's outputs, which must stay NaN */
     }
     static const int ntoks[] = {1, 2, 3, 8, 32};
-    float *x = malloc(sizeof(float) * IN * 32), *a = malloc(sizeof(float) * 99 * 32),
-          *b = malloc(sizeof(float) * 99 * 32), *nan = malloc(sizeof(float) * 99 * 32);
-    fill_nan(nan, 99 * 32);
+    float *x = malloc(sizeof(float) * IN * 32), *a = malloc(sizeof(float) * LD * 32),
+          *b = malloc(sizeof(float) * LD * 32), *nan = malloc(sizeof(float) * LD * 32);
+    fill_nan(nan, LD * 32);
     float *dx = dalloc(sizeof(float) * IN * 32);
     for (int i = 0; i < N; i++)
-        dy[i] = dalloc(sizeof(float) * 99 * 32);
-    float *dref = dalloc(sizeof(float) * 99 * 32);
+        dy[i] = dalloc(sizeof(float) * LD * 32);
+    float *dref = dalloc(sizeof(float) * LD * 32);
     int same = 1, gaps = 1;
     for (int k = 0; k < 5; k++) {
         const int nt = ntoks[k];
         fill_x(x, IN * nt);
         up(dx, x, sizeof(float) * IN * nt);
         for (int i = 0; i < N; i++)
-            up(dy[i], nan, sizeof(float) * 99 * 32);
+            up(dy[i], nan, sizeof(float) * LD * 32);
         CK(cw_k_matmul_multi(C, N, Wp, dx, IN, nt, dy, ldy, NULL, &E));
         for (int i = 0; i < N; i++) {
-            up(dref, nan, sizeof(float) * 99 * 32);
+            up(dref, nan, sizeof(float) * LD * 32);
             CK(cw_k_matmul(C, &W[i], dx, IN, nt, dref, ldy[i], false, NULL, NULL, &E));
             down(a, dy[i], sizeof(float) * ldy[i] * nt);
             down(b, dref, sizeof(float) * ldy[i] * nt);
@@ -249,7 +276,7 @@ static void check_multi(void)
             }
         }
     }
-    ok(same, "matmul_multi (q6_K, 3 q4_K, f32; 1..32 tokens): every output bit-equal to its own matmul");
+    ok(same, "matmul_multi (q6_K, 4 q4_K one of them long, f32; 1..32 tokens): every output bit-equal to its own matmul");
     ok(gaps, "matmul_multi writes nothing past each matrix's rows");
     const struct cw_k_mat *nine[9] = {&W[0], &W[0], &W[0], &W[0], &W[0], &W[0], &W[0], &W[0], &W[0]};
     ok(cw_k_matmul_multi(C, 9, nine, dx, IN, 1, dy, ldy, NULL, &E) == -1 &&
@@ -314,6 +341,46 @@ static void check_add_norm(enum cw_qtype type, int64_t n_in, int64_t n_out)
     cw_cuda_free(C, dy), cw_cuda_free(C, dcnt), cw_cuda_free(C, scr);
     hmat_free(&m);
     free(x), free(h0), free(nw), free(a), free(b), free(ya), free(yb);
+
+/* The Q8_K quantiser's corner cases, bit-equal to the CPU's: an all-zero
+ * block (d = 0), ties of |x| between signs (the first wins, so the scale's
+ * sign follows it), a block of equal values, and q rounded to even at .5. */
+static void check_q8k_edges(enum cw_qtype type)
+{
+    struct hmat m;
+    const int64_t n_in = 1280, n_out = 2400;
+    if (!cw_k_q8k(C, type, n_in, n_out)) {
+        skip("%s %lld rows: not the Q8_K path on this GPU (too many SMs)", cw_qtype_name(type),
+             (long long)n_out);
+        return;
+    }
+    hmat_make(&m, type, n_in, n_out);
+    float x[1280];
+    fill_x(x, n_in);
+    for (int i = 0; i < 256; i++)
+        x[i] = 0.0f, x[1024 + i] = 1.0f; /* block 0 zero, block 4 all equal */
+    x[256 + 10] = -3.5f, x[256 + 200] = 3.5f; /* block 1: tie, negative first */
+    x[512 + 0] = 4.0f, x[512 + 255] = -4.0f;  /* block 2: tie, positive first */
+    x[768 + 3] = -127.0f, x[768 + 4] = 2.5f, x[768 + 5] = 3.5f, x[768 + 6] = -0.5f; /* halves */
+    void *dw = dalloc(m.rb * n_out);
+    float *dx = dalloc(sizeof x), *dy = dalloc(sizeof(float) * n_out), y[2400];
+    up(dw, m.q, m.rb * n_out);
+    up(dx, x, sizeof x);
+    struct cw_k_mat W = {type, dw, m.rb, 0, n_in, n_out};
+    CK(cw_k_matmul(C, &W, dx, n_in, 1, dy, n_out, false, NULL, NULL, &E));
+    down(y, dy, sizeof y);
+    void *xq = malloc(cw_cpu_act_bytes(type, n_in));
+    cw_cpu_quantize_act(type, x, xq, n_in);
+    int same = 1;
+    for (int64_t r = 0; r < n_out; r++) {
+        float c = cw_cpu_vec_dot(type, n_in, m.q + r * m.rb, xq);
+        same &= !memcmp(&c, &y[r], 4);
+    }
+    ok(same, "gemv %s: zero block, sign ties, equal values, halves: bit-equal to the CPU",
+       cw_qtype_name(type));
+    free(xq);
+    cw_cuda_free(C, dw), cw_cuda_free(C, dx), cw_cuda_free(C, dy);
+    hmat_free(&m);
 }
 
 static void test_type(enum cw_qtype type)
@@ -344,10 +411,15 @@ static void test_type(enum cw_qtype type)
                      S[i].scale, S[i].n_tok > GEMV_MAX_TOK ? "gemm" : "gemv");
         if (i == 1 || i == 2)
             check_dequant(&m, dw);
-        if (i == 2)
+        if (i == 2 || i == 8) /* f32 x, and Q8_K x for the K-quants */
             check_invariance(&m, dw);
         cw_cuda_free(C, dw);
         hmat_free(&m);
+    }
+    if (type == CW_TYPE_Q4_K || type == CW_TYPE_Q5_K || type == CW_TYPE_Q6_K) {
+        ok(cw_k_q8k(C, type, 5120, 17408) && !cw_k_q8k(C, type, 2048, 512),
+           "%s: Q8_K x for the 27B's 17408 x 5120, f32 x for 512 x 2048", cw_qtype_name(type));
+        check_q8k_edges(type);
     }
 }
 
@@ -393,7 +465,7 @@ static void check_moe(enum cw_qtype tg, enum cw_qtype td, int64_t n_tok, int64_t
     int used[12];
     for (int i = 0; i < 12; i++)
         used[i] = (37 * i + 5) % X;
-    int n_used = n_tok == 1 ? 6 : 12;
+    int n_used = n_tok == 1 || K == 1 ? 6 : 12;
     struct hexp G, U, D;
     hexp_make(&G, tg, X, E_, F, used, n_used);
     hexp_make(&U, tg, X, E_, F, used, n_used);
@@ -425,10 +497,35 @@ static void check_moe(enum cw_qtype tg, enum cw_qtype td, int64_t n_tok, int64_t
     CK(cw_k_moe_gate_up(C, &mg, &mu, d_x, d_ids, K, n_tok, d_act, scr, &E));
     down(act, d_act, sizeof(float) * n_tok * K * F);
     /* gate_up: g and u each within the GEMV bound; act = silu(g) u, whose
-     * error is |silu'(g)| e_g |u| + |silu(g)| e_u (silu' <= 1.1) + 4 ulp */
+     * error is |silu'(g)| e_g |u| + |silu(g)| e_u (silu' <= 1.1) + 4 ulp.
+     * Q8_K x (K = 1, cw_k_q8k): g and u are the CPU's vec_dot bits, so only
+     * act's own roundings remain: expf (2 ulp), 1 + e, the division, the
+     * product: 8 ulp. */
     double relg = (32.0 * 2 + 5) * ldexp(1, -24);
+    const int q8k = K == 1 && cw_k_q8k(C, tg, E_, F);
+    void *xq = q8k ? malloc(cw_cpu_act_bytes(tg, E_)) : NULL;
     int bad = 0;
     for (int64_t p = 0; p < n_tok * K; p++) {
+        if (q8k) {
+            const struct hmat *gm = NULL, *um = NULL;
+            for (int i = 0; i < n_used; i++)
+                if (used[i] == ids[p])
+                    gm = &G.m[i], um = &U.m[i];
+            cw_cpu_quantize_act(tg, x + (p / K) * E_, xq, E_);
+            for (int64_t r = 0; r < F; r++) {
+                double g = cw_cpu_vec_dot(tg, E_, gm->q + r * gm->rb, xq);
+                double u = cw_cpu_vec_dot(tg, E_, um->q + r * um->rb, xq);
+                double ref = g / (1 + exp(-g)) * u, tol = 8 * ldexp(fabs(ref), -24) + 1e-30;
+                float got = act[p * F + r];
+                if (!(fabs(got - ref) <= tol)) {
+                    if (bad < 3)
+                        note("gate_up (q8_K) pair %lld r %lld: got %.9g want %.9g", (long long)p,
+                             (long long)r, got, ref);
+                    bad++;
+                }
+            }
+            continue;
+        }
         const float *gw = hexp_w(&G, ids[p]), *uw = hexp_w(&U, ids[p]);
         const float *xt = x + (p / K) * E_;
         for (int64_t r = 0; r < F; r++) {
@@ -449,12 +546,13 @@ static void check_moe(enum cw_qtype tg, enum cw_qtype td, int64_t n_tok, int64_t
             }
         }
     }
-    ok(bad == 0, "moe_gate_up %s K=%d X=%d %lldx%lld n_tok %lld: %d bad", cw_qtype_name(tg), K, X,
-       (long long)F, (long long)E_, (long long)n_tok, bad);
+    ok(bad == 0, "moe_gate_up %s K=%d X=%d %lldx%lld n_tok %lld%s: %d bad", cw_qtype_name(tg), K, X,
+       (long long)F, (long long)E_, (long long)n_tok, q8k ? " (q8_K x, = the CPU's dots)" : "", bad);
+    free(xq);
     /* down on the GPU's act (so only the down error is measured) */
     CK(cw_k_moe_down(C, &md, d_act, d_ids, d_wts, K, n_tok, d_h, scr, &E));
     down(h, d_h, sizeof(float) * n_tok * E_);
-    double reld = (32.0 + 5) * ldexp(1, -24);
+    double reld = (32.0 * ceil(F / 1024.0) + 5) * ldexp(1, -24);
     bad = 0;
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t r = 0; r < E_; r++) {
@@ -671,6 +769,9 @@ static int bench_rep(void *ctx, int rep, struct cw_err *err)
         return cw_k_moe_gate_up(C, &b->W[i], &b->D[i], b->x, ids, 8, 1, b->act, NULL, err);
     if (b->moe == 2)
         return cw_k_moe_down(C, &b->W[i], b->act, ids, b->wts, 8, 1, b->h, NULL, err);
+    if (b->moe == 3) /* the dense FFN's gate/up: K = 1, expert 0 */
+        return cw_k_moe_gate_up(C, &b->W[i], &b->D[i], b->x, b->ids + 8 * 64, 1, 1, b->act, NULL,
+                                err);
     return cw_k_matmul(C, &b->W[i], b->x, b->W[i].n_in, b->n_tok, b->y, b->W[i].n_out, false,
                        NULL, b->scratch, err);
 }
@@ -683,8 +784,8 @@ static void bench_one(enum cw_qtype type, int64_t n_in, int64_t n_out, int moe, 
     struct bench b = {0};
     b.n_tok = n_tok;
     size_t rb = cw_qtype_row_bytes(type, n_in), bytes = rb * n_out;
-    int X = moe ? 256 : 1;
-    size_t total = bytes * X * (moe == 1 ? 2 : 1);
+    int X = moe == 1 || moe == 2 ? 256 : 1, two = moe == 1 || moe == 3;
+    size_t total = bytes * X * (two ? 2 : 1);
     b.n_copies = (int)(total >= (120u << 20) ? 1 : ((120u << 20) / total + 1));
     if (b.n_copies > 256)
         b.n_copies = 256;
@@ -693,7 +794,7 @@ static void bench_one(enum cw_qtype type, int64_t n_in, int64_t n_out, int moe, 
         void *d = dalloc(bytes * X);
         CK(cw_cuda_memset(C, d, 0x11, bytes * X, &E)); /* finite scales */
         b.W[i] = (struct cw_k_mat){type, d, rb, moe ? bytes : 0, n_in, n_out};
-        if (moe == 1) {
+        if (two) {
             void *u = dalloc(bytes * X);
             CK(cw_cuda_memset(C, u, 0x11, bytes * X, &E));
             b.D[i] = b.W[i];
@@ -704,20 +805,22 @@ static void bench_one(enum cw_qtype type, int64_t n_in, int64_t n_out, int moe, 
     b.y = dalloc(sizeof(float) * 512 * 8192);
     size_t ns = cw_k_matmul_scratch(&b.W[0], n_tok);
     b.scratch = ns ? dalloc(ns) : NULL;
-    b.act = dalloc(sizeof(float) * 8 * 8192);
+    b.act = dalloc(sizeof(float) * 8 * 17408);
     b.h = dalloc(sizeof(float) * 8192);
     b.wts = dalloc(sizeof(float) * 8);
-    b.ids = dalloc(sizeof(int32_t) * 8 * 64);
+    b.ids = dalloc(sizeof(int32_t) * 8 * 65); /* + a zero for moe 3 */
     int32_t ids[8 * 64]; /* 64 sets of 8 walking all 256 experts: beyond L2 */
     for (int j = 0; j < 8 * 64; j++)
         ids[j] = (j * 37 + 11) % 256;
     up(b.ids, ids, sizeof ids);
+    CK(cw_cuda_memset(C, b.ids + 8 * 64, 0, sizeof(int32_t) * 8, &E));
     CK(cw_cuda_memset(C, b.x, 0, sizeof(float) * 512 * 8192, &E));
     CK(cw_cuda_memset(C, b.act, 0, sizeof(float) * 8 * 8192, &E));
     CK(cw_cuda_memset(C, b.wts, 0, sizeof(float) * 8, &E));
     double ms = 0;
     CK(cw_cuda_time(C, bench_rep, &b, 200, &ms, &E));
-    double read = moe == 1 ? 2.0 * 8 * bytes : moe == 2 ? 8.0 * bytes : (double)bytes;
+    double read = moe == 1 ? 2.0 * 8 * bytes : moe == 2 ? 8.0 * bytes : moe == 3 ? 2.0 * bytes
+                                                                             : (double)bytes;
     double gbs = read / (ms * 1e-3) / 1e9;
     if (n_tok > 1)
         note("bench matmul %s %6lld x %5lld n_tok %3lld: %8.2f us  %6.1f TFLOP/s  weights %7.1f GB/s",
@@ -725,11 +828,12 @@ static void bench_one(enum cw_qtype type, int64_t n_in, int64_t n_out, int moe, 
              2.0 * n_out * n_in * n_tok / (ms * 1e-3) / 1e12, gbs);
     else
         note("bench %-12s %s %6lld x %5lld: %8.2f us  %7.1f GB/s  (%.0f%% of copy bw %.0f)",
-             moe == 1 ? "moe_gate_up" : moe == 2 ? "moe_down" : "gemv", cw_qtype_name(type),
+             moe == 1 ? "moe_gate_up" : moe == 2 ? "moe_down" : moe == 3 ? "ffn_gate_up" : "gemv",
+             cw_qtype_name(type),
              (long long)n_out, (long long)n_in, ms * 1e3, gbs, 100 * gbs / peak, peak);
     for (int i = 0; i < b.n_copies; i++) {
         cw_cuda_free(C, (void *)b.W[i].d_w);
-        if (moe == 1)
+        if (two)
             cw_cuda_free(C, (void *)b.D[i].d_w);
     }
     cw_cuda_free(C, b.x), cw_cuda_free(C, b.y), cw_cuda_free(C, b.act), cw_cuda_free(C, b.h);
@@ -754,6 +858,20 @@ static void bench(void)
     bench_one(CW_TYPE_Q4_K, 2048, 248320, 0, 1, peak);
     bench_one(CW_TYPE_Q6_K, 2048, 248320, 0, 1, peak);
     bench_one(CW_TYPE_Q8_0, 2048, 248320, 0, 1, peak);
+    /* the dense 27B's matrices (n_embd 5120, FFN 17408) and its LM head */
+    bench_one(CW_TYPE_Q4_K, 5120, 17408, 0, 1, peak); /* ffn_gate, ffn_up */
+    bench_one(CW_TYPE_Q4_K, 17408, 5120, 0, 1, peak); /* ffn_down */
+    bench_one(CW_TYPE_Q6_K, 17408, 5120, 0, 1, peak);
+    bench_one(CW_TYPE_Q4_K, 5120, 10240, 0, 1, peak); /* attn_qkv */
+    bench_one(CW_TYPE_Q4_K, 5120, 12288, 0, 1, peak); /* attn_q */
+    bench_one(CW_TYPE_Q4_K, 5120, 6144, 0, 1, peak);  /* attn_gate */
+    bench_one(CW_TYPE_Q4_K, 6144, 5120, 0, 1, peak);  /* ssm_out, attn_output */
+    bench_one(CW_TYPE_Q6_K, 5120, 1024, 0, 1, peak);  /* attn_v */
+    bench_one(CW_TYPE_Q6_K, 5120, 248320, 0, 1, peak); /* output */
+    bench_one(CW_TYPE_Q4_K, 5120, 17408, 3, 1, peak); /* ffn gate + up, one launch */
+    bench_one(CW_TYPE_Q4_K, 2048, 512, 3, 1, peak);   /* the 35B's shared expert */
+    bench_one(CW_TYPE_Q4_K, 5120, 17408, 0, 2, peak);
+    bench_one(CW_TYPE_Q4_K, 5120, 17408, 0, 8, peak);
     bench_one(CW_TYPE_Q4_K, 2048, 512, 1, 1, peak);
     bench_one(CW_TYPE_Q4_K, 512, 2048, 2, 1, peak);
     bench_one(CW_TYPE_Q6_K, 512, 2048, 2, 1, peak);
@@ -766,6 +884,11 @@ static void bench(void)
 int main(void)
 {
     C = gpu_test_open();
+    if (getenv("CWEN_GPU_BENCH") && atoi(getenv("CWEN_GPU_BENCH")) == 2) { /* the table alone */
+        bench();
+        cw_cuda_close(C);
+        return done();
+    }
     check_refusals();
     check_multi();
     check_add_norm(CW_TYPE_Q4_K, 4096, 2048); /* the 35B's ssm_out */
@@ -781,6 +904,7 @@ int main(void)
     check_moe_shared(CW_TYPE_Q4_K, CW_TYPE_Q6_K, 1, 8); /* the 35B's decode: 9 slots */
     check_moe_shared(CW_TYPE_Q4_K, CW_TYPE_Q4_K, 3, 8);
     check_moe_shared(CW_TYPE_Q8_0, CW_TYPE_Q8_0, 2, 4);
+    check_moe(CW_TYPE_Q4_K, CW_TYPE_Q6_K, 2, 2304, 1); /* the dense FFN's gate/up: q8_K x */
     if (getenv("CWEN_GPU_BENCH") && atoi(getenv("CWEN_GPU_BENCH")))
         bench();
     cw_cuda_close(C);
