@@ -341,6 +341,7 @@ static void check_add_norm(enum cw_qtype type, int64_t n_in, int64_t n_out)
     cw_cuda_free(C, dy), cw_cuda_free(C, dcnt), cw_cuda_free(C, scr);
     hmat_free(&m);
     free(x), free(h0), free(nw), free(a), free(b), free(ya), free(yb);
+}
 
 /* The Q8_K quantiser's corner cases, bit-equal to the CPU's: an all-zero
  * block (d = 0), ties of |x| between signs (the first wins, so the scale's
