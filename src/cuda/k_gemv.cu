@@ -76,7 +76,8 @@
  *   bound, a DRAM round trip or two per warp plus the launch. MoE (K = 8,
  *   2048 -> 512 -> 2048, Q4_K): gate_up 11.2 us, down 10.6 us (q6_K 10.2).
  *   27B decode (cwen bench -p 0 -n 64 -r 2, synthetic q4_k_m): 76.9 tok/s;
- *   72.0 with only the plain matmuls on Q8_K x (an earlier machine start).
+ *   on an earlier machine start 72.0 on the f32 path and 70.9 with the
+ *   matmuls on Q8_K x but the fused gate/up (40% of the bytes) still f32.
  * What bounds the K-quants now: the 27B's matrices sit at 25-41% (minus the
  * launch floor: 30-50%) while the LM heads reach 73-82%: a persistent grid
  * of ~8 blocks per SM gives a 5120..17408-row matrix 1-2 row groups (8
