@@ -6,19 +6,26 @@
  * logits at all 128 positions, then the MTP block over the 127 (token,
  * previous hidden) pairs, all fed the CPU's hidden states.
  *
- * Three references:
+ * Four references:
  *   cpu   the CPU backend as it runs: it quantises activations before each
  *         quantised dot product (Q8_K / Q8_0 / BF16, as llama.cpp does).
  *   twin  the CPU backend over an f32 copy of the same weights (every matrix
  *         dequantised): the same function with f32 activations, which is
  *         what the GPU computes. The difference twin − cpu is the CPU's own
  *         activation-quantisation error, measured here, not assumed.
+ *   hyb   the twin, except that the matrices the GPU multiplies on x
+ *         quantised to Q8_K in the GEMV regime (cw_k_q8k: the long Q4_K/
+ *         Q5_K/Q6_K ones, where the GPU's dot products are the CPU's bit for
+ *         bit) stay quantised: what the GPU computes up to 32 tokens. It is
+ *         the twin where no matrix qualifies (the tiny files).
  *   gpu   the CUDA backend.
- * Regimes: up to 32 tokens a GPU matmul is an f32 GEMV; above, a TF32 GEMM
- * (k_gemm.cu). A pass whose prompt goes in chunks of 7 is f32 throughout;
+ * Regimes: up to 32 tokens a GPU matmul is a GEMV (f32 x; Q8_K x for the
+ * cw_k_q8k matrices); above, a TF32 GEMM (k_gemm.cu). A pass whose prompt
+ * goes in chunks of 7 is in the GEMV regime throughout;
  * the prompt in one call (the engine's prefill) is TF32 in its matmuls.
- * Bounds, per row r = ||a − b|| / ||b||, for the chunks-of-7 pass (f32):
- *   gpu vs twin <= TWIN_BOUND (1e-3): the same f32 function in a different
+ * Bounds, per row r = ||a − b|| / ||b||, for the chunks-of-7 pass (GEMV;
+ * "twin" is hyb there):
+ *   gpu vs twin <= TWIN_BOUND (1e-3): the same function in a different
  *     summation order and with CUDA's expf; each op differs by ~1e-6, and
  *     1e-3 leaves three orders of magnitude for growth through the layers
  *     while staying ten times below the smallest quantisation error the cpu
@@ -58,6 +65,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cuda/kernels.h"
 #include "base/pool.h"
 #include "gguf/gguf.h"
 #include "gguf/quant.h"
@@ -78,6 +86,8 @@ struct model {
     struct cw_qwen35_hparams hp;
     struct cw_qwen35_weights w;
     struct cw_qwen35_weights twin; /* every matrix dequantised to f32 (owned) */
+    struct cw_qwen35_weights hyb;  /* the twin but for the matrices cw_k_q8k keeps quantised */
+    int n_q8k;                     /* how many: 0 = hyb is the twin */
     float **twin_bufs;
     size_t n_twin;
 };
@@ -90,11 +100,17 @@ static int gen(const char *args, const char *out)
     return system(cmd);
 }
 
-/* one matrix of the twin: rows (and experts) dequantised into an f32 copy */
-static int twin_one(struct model *M, struct cw_wt *t)
+/* one matrix of the twin: rows (and experts) dequantised into an f32 copy;
+ * with c, a matrix the GPU multiplies on Q8_K x in the GEMV regime
+ * (cw_k_q8k: there it computes the CPU's own dot products) stays as it is */
+static int twin_one(struct model *M, struct cw_wt *t, struct cw_cuda *c)
 {
     if (!t->data || t->type == CW_TYPE_F32)
         return 0;
+    if (c && t->ne[2] <= 1 && cw_k_q8k(c, t->type, t->ne[0], t->ne[1])) {
+        M->n_q8k++;
+        return 0;
+    }
     const int64_t n0 = t->ne[0], n1 = t->ne[1], n2 = t->ne[2] > 0 ? t->ne[2] : 1;
     float *buf = malloc((size_t)(n0 * n1 * n2) * sizeof(float));
     if (!buf)
@@ -112,7 +128,7 @@ static int twin_one(struct model *M, struct cw_wt *t)
     return 0;
 }
 
-static int twin_layer(struct model *M, struct cw_qwen35_layer_w *l)
+static int twin_layer(struct model *M, struct cw_qwen35_layer_w *l, struct cw_cuda *c)
 {
     struct cw_wt *m[] = {&l->attn.q,         &l->attn.k,         &l->attn.v,
                          &l->attn.o,         &l->ssm.qkv,        &l->ssm.gate,
@@ -122,39 +138,44 @@ static int twin_layer(struct model *M, struct cw_qwen35_layer_w *l)
                          &l->moe.up_shexp,   &l->moe.down_shexp, &l->ffn.gate,
                          &l->ffn.up,         &l->ffn.down};
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
-        if (twin_one(M, m[i]))
+        if (twin_one(M, m[i], c))
             return -1;
     return 0;
 }
 
-static int make_twin(struct model *M)
+/* the f32 twin (c NULL) or the hybrid one (c: the device cw_k_q8k asks) */
+static int make_twin(struct model *M, struct cw_qwen35_weights *t, struct cw_cuda *c)
 {
-    struct cw_qwen35_weights *t = &M->twin;
     *t = M->w;
     t->layers = malloc(M->hp.n_layer * sizeof *t->layers);
-    M->twin_bufs = calloc(64 + 32 * (size_t)M->hp.n_layer, sizeof *M->twin_bufs);
-    if (!t->layers || !M->twin_bufs)
+    if (!t->layers)
         return -1;
     memcpy(t->layers, M->w.layers, M->hp.n_layer * sizeof *t->layers);
-    if (twin_one(M, &t->token_embd) || twin_one(M, &t->output))
+    if (twin_one(M, &t->token_embd, c) || twin_one(M, &t->output, c))
         return -1;
     for (uint32_t il = 0; il < M->hp.n_layer; il++)
-        if (twin_layer(M, &t->layers[il]))
+        if (twin_layer(M, &t->layers[il], c))
             return -1;
-    if (t->has_mtp && (twin_layer(M, &t->mtp.layer) || twin_one(M, &t->mtp.eh_proj) ||
-                       twin_one(M, &t->mtp.embed_tokens) || twin_one(M, &t->mtp.shared_head_head)))
+    if (t->has_mtp &&
+        (twin_layer(M, &t->mtp.layer, c) || twin_one(M, &t->mtp.eh_proj, c) ||
+         twin_one(M, &t->mtp.embed_tokens, c) || twin_one(M, &t->mtp.shared_head_head, c)))
         return -1;
     return 0;
 }
 
-static int load(struct model *M, const char *path, bool twin, struct cw_err *err)
+/* twin: also the f32 twin and the hybrid one (c: the device cw_k_q8k asks) */
+static int load(struct model *M, const char *path, bool twin, struct cw_cuda *c,
+                struct cw_err *err)
 {
     memset(M, 0, sizeof *M);
     if (cw_gguf_open(&M->g, path, err) || cw_qwen35_hparams_load(&M->g, &M->hp, err) ||
         cw_qwen35_bind(&M->w, &M->g, &M->hp, err))
         return -1;
-    if (twin && make_twin(M))
-        return cw_errf(err, CW_ERR_NOMEM, "out of memory for the f32 twin");
+    if (!twin)
+        return 0;
+    M->twin_bufs = calloc(2 * (64 + 32 * (size_t)M->hp.n_layer), sizeof *M->twin_bufs);
+    if (!M->twin_bufs || make_twin(M, &M->twin, NULL) || make_twin(M, &M->hyb, c))
+        return cw_errf(err, CW_ERR_NOMEM, "out of memory for the twins");
     return 0;
 }
 
@@ -164,6 +185,7 @@ static void unload(struct model *M)
         free(M->twin_bufs[i]);
     free(M->twin_bufs);
     free(M->twin.layers);
+    free(M->hyb.layers);
     cw_qwen35_weights_free(&M->w);
     cw_gguf_close(&M->g);
 }
@@ -441,7 +463,8 @@ static int open_cuda(struct cw_backend **b, const struct cw_qwen35_weights *w, b
     return rc;
 }
 
-static void check_model(const char *label, const char *args, struct cw_pool *pool, bool full)
+static void check_model(struct cw_cuda *c, const char *label, const char *args,
+                        struct cw_pool *pool, bool full)
 {
     char path[1024], what[160];
     struct cw_err err = {0};
@@ -451,20 +474,22 @@ static void check_model(const char *label, const char *args, struct cw_pool *poo
         return;
     }
     struct model M;
-    if (load(&M, path, true, &err)) {
+    if (load(&M, path, true, c, &err)) {
         ok(0, "load %s: %s", path, err.msg);
         return;
     }
     const int64_t V = M.hp.n_vocab;
     const bool mtp = M.w.has_mtp;
     struct cw_backend_opts co = {N_ALL + 8, pool, 0};
-    struct cw_backend *cpu = NULL, *twin = NULL, *gpu = NULL, *gpu_ng = NULL;
-    struct pass pc = {0}, pt = {0}, g7 = {0}, g1 = {0}, px = {0};
+    struct cw_backend *cpu = NULL, *twin = NULL, *hyb = NULL, *gpu = NULL, *gpu_ng = NULL;
+    struct pass pc = {0}, pt = {0}, ph = {0}, g7 = {0}, g1 = {0}, px = {0};
     float *h = NULL;
     int32_t toks[N_ALL];
     prompt(toks, N_PROMPT, 7, (uint32_t)V);
     if (cw_backend_open(&cpu, "cpu", &M.w, &co, &err) ||
-        cw_backend_open(&twin, "cpu", &M.twin, &co, &err) || open_cuda(&gpu, &M.w, true, &err)) {
+        cw_backend_open(&twin, "cpu", &M.twin, &co, &err) ||
+        (M.n_q8k && cw_backend_open(&hyb, "cpu", &M.hyb, &co, &err)) ||
+        open_cuda(&gpu, &M.w, true, &err)) {
         ok(0, "%s: open: %s", label, err.msg);
         goto out;
     }
@@ -480,6 +505,7 @@ static void check_model(const char *label, const char *args, struct cw_pool *poo
     /* the CPU is batch-invariant: one call stands for every chunking */
     if (run_pass(cpu, toks, 0, false, mtp ? h : NULL, &pc, &err) ||
         run_pass(twin, toks, 0, false, mtp ? h : NULL, &pt, &err) ||
+        (hyb && run_pass(hyb, toks, 0, false, mtp ? h : NULL, &ph, &err)) ||
         run_pass(gpu, toks, 7, false, mtp ? h : NULL, &g7, &err) ||
         run_pass(gpu, toks, 0, false, mtp ? h : NULL, &g1, &err)) {
         ok(0, "%s: pass: %s", label, err.msg);
@@ -488,12 +514,16 @@ static void check_model(const char *label, const char *args, struct cw_pool *poo
     note("%s: cpu %.2f s, twin %.2f s, gpu %.2f s for %d positions%s", label, pc.secs, pt.secs,
          g1.secs, N_ALL, mtp ? " + MTP" : "");
 
-    /* chunks of 7 keep every matmul in the f32 GEMV regime: the sharp check */
+    /* chunks of 7 keep every matmul in the GEMV regime: the sharp check,
+     * against the twin that multiplies what the GPU multiplies on Q8_K x
+     * the CPU's way (the f32 twin where no matrix does) */
+    const struct pass *pg = hyb ? &ph : &pt;
+    note("%s: %d matrices on Q8_K x in the GEMV regime", label, M.n_q8k);
     snprintf(what, sizeof what, "%s chunks of 7", label);
-    compare_f32(what, g7.logits, g7.amax, pc.logits, pt.logits, N_ALL, V);
+    compare_f32(what, g7.logits, g7.amax, pc.logits, pg->logits, N_ALL, V);
     if (mtp) {
         snprintf(what, sizeof what, "%s mtp chunks of 7", label);
-        compare_f32(what, g7.mtp, NULL, pc.mtp, pt.mtp, N_MTP, V);
+        compare_f32(what, g7.mtp, NULL, pc.mtp, pg->mtp, N_MTP, V);
     }
     /* the prompt in one call: TF32 prefill */
     snprintf(what, sizeof what, "%s one call", label);
@@ -539,9 +569,11 @@ static void check_model(const char *label, const char *args, struct cw_pool *poo
     }
 out:
     free(h);
-    pass_free(&pc), pass_free(&pt), pass_free(&g7), pass_free(&g1), pass_free(&px);
+    pass_free(&pc), pass_free(&pt), pass_free(&ph), pass_free(&g7), pass_free(&g1),
+        pass_free(&px);
     cw_backend_close(gpu_ng);
     cw_backend_close(gpu);
+    cw_backend_close(hyb);
     cw_backend_close(twin);
     cw_backend_close(cpu);
     unload(&M);
@@ -560,7 +592,7 @@ static void check_errors(struct cw_pool *pool)
         return;
     }
     struct model M;
-    if (load(&M, path, false, &err)) {
+    if (load(&M, path, false, NULL, &err)) {
         ok(0, "load: %s", err.msg);
         return;
     }
@@ -624,7 +656,7 @@ static void bench(struct cw_cuda *c)
     }
     note("bench: generated %s in %.1f s", path, now_s() - t0);
     struct model M;
-    if (load(&M, path, false, &err)) {
+    if (load(&M, path, false, NULL, &err)) {
         ok(0, "bench: load: %s", err.msg);
         return;
     }
@@ -679,15 +711,15 @@ int main(void)
         return done();
     }
     check_errors(&pool);
-    check_model("tiny-moe-q4km-mtp", "--preset tiny-moe --mix q4_k_m --seed 3 --std 0.2", &pool,
+    check_model(c, "tiny-moe-q4km-mtp", "--preset tiny-moe --mix q4_k_m --seed 3 --std 0.2", &pool,
                 true);
-    check_model("tiny-moe-q8-mtp", "--preset tiny-moe --mix q8_0 --seed 4 --std 0.2", &pool,
+    check_model(c, "tiny-moe-q8-mtp", "--preset tiny-moe --mix q8_0 --seed 4 --std 0.2", &pool,
                 false);
-    check_model("tiny-dense-bf16-mtp", "--preset tiny-dense --mix bf16 --seed 5 --std 0.2",
+    check_model(c, "tiny-dense-bf16-mtp", "--preset tiny-dense --mix bf16 --seed 5 --std 0.2",
                 &pool, false);
-    check_model("tiny-dense-q4km", "--preset tiny-dense --mix q4_k_m --no-mtp --seed 6 --std 0.2",
+    check_model(c, "tiny-dense-q4km", "--preset tiny-dense --mix q4_k_m --no-mtp --seed 6 --std 0.2",
                 &pool, true);
-    check_model("35b-a3b-4layers-q4km-mtp",
+    check_model(c, "35b-a3b-4layers-q4km-mtp",
                 "--preset 35b-a3b --layers 4 --vocab-size 151936 --mix q4_k_m --seed 8", &pool,
                 true);
     if (!strcmp(test_env("CWEN_GPU_BENCH", "0"), "1"))
