@@ -34,7 +34,10 @@
  * operation), then per unit 8 dp4a against the weights' 4-6 bit values,
  * the block's sums over its 8 lanes by an integer butterfly, and the
  * block's float value as the CPU forms it (mv_dot_q8k). The dense FFN's
- * gate/up (cw_k_moe_gate_up, K = 1) takes the same path for those shapes.
+ * gate/up (cw_k_moe_gate_up, K = 1) takes the same path for those shapes,
+ * and the routed experts' gate/up (with the fused shared expert) take it
+ * for every K-quant shape (moe_q8k_use: the 35B's gate_up is issue-bound on
+ * the f32 path, ~70% of issue slots, not latency-bound).
  *
  * Numerics (Q8_K path): the result is bit-equal to the CPU backend's
  * vec_dot (cpu_dot_ref.c / the AVX2 twin): x rounds to int8 the same way,
@@ -604,8 +607,11 @@ static __device__ __forceinline__ const uint8_t *moe_base(const moe_args &a, con
 /* One warp per (pair, row r): expert e's gate row and up row as the warp's
  * two rows, then act = silu(g)·u, silu as the CPU's (x / (1 + e^-x)). An
  * invalid (negative) id gives act = 0. MW warps (rows) of one pair per block
- * share the staged x. grid (row blocks, n_tok*K). */
-template <class T, bool SX>
+ * share the staged x. grid (row blocks, n_tok*K). Q8K (the kq_q8k types,
+ * moe_q8k_use): the block quantises the token's x to Q8_K in shared memory
+ * (xq_stage) and each warp forms the CPU's vec_dot of its two rows
+ * (mv_dot_q8k), so g and u are the CPU's bits. */
+template <class T, bool SX, bool Q8K>
 static __global__ void __launch_bounds__(MW * 32) moe_gate_up_kernel(const moe_args a)
 {
     cw_pdl_wait();
@@ -621,6 +627,33 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_kernel(const moe_a
     const int e = k == a.K ? 0 : a.ids[t * a.K + k];
     const size_t rb = k == a.K ? a.srb : a.rb;
     const uint8_t *gb = moe_base(a, a.g, a.sg, t, k), *ub = moe_base(a, a.u, a.su, t, k);
+    if constexpr (Q8K) {
+        if (e >= 0 && r < a.n_out) {
+            row_prefetch<T, true>(gb + (size_t)r * rb, a.nb, lane);
+            row_prefetch<T, true>(ub + (size_t)r * rb, a.nb, lane);
+        }
+        if (e >= 0) /* the pair's e: the same for the whole block */
+            xq_stage<T>(xt, 0, 1, a.nb, (uint8_t *)xsm);
+        __syncthreads();
+        if (r >= a.n_out)
+            return;
+        float *yq = a.y + pair * a.n_out + r;
+        if (e < 0) {
+            if (lane == 0)
+                *yq = 0.0f;
+            return;
+        }
+        const uint8_t *rows[2] = {gb + (size_t)r * rb, ub + (size_t)r * rb};
+        const uint8_t *xq[1] = {(const uint8_t *)xsm};
+        float acc[2][1];
+        mv_dot_q8k<T, 2, 1>(rows, xq, a.nb,
+                            smem + warp * (T::DIRECT ? 0 : 2 * stage_of<T>::TILE), lane, acc);
+        if (lane == 0) {
+            float g = acc[0][0];
+            *yq = __fmul_rn(g / (1.0f + expf(-g)), acc[1][0]);
+        }
+        return;
+    }
     if (SX) {
         if (e >= 0 && r < a.n_out) {
             row_prefetch<T, true>(gb + (size_t)r * rb, a.nb, lane);
@@ -985,6 +1018,21 @@ bool q8k_use(int64_t n_out, int nb, int n_sm)
     return false;
 }
 
+/* Whether the decode MoE gate/up of K routed experts (S slots with the
+ * shared one) multiplies Q8_K x: always for the kq_q8k types (their decode
+ * is issue-bound on the f32 path: the 35B's gate_up at ~70% of issue
+ * slots); K = 1 without a shared slot (the dense FFN) follows q8k_use. A
+ * function of the shapes alone, never of n_tok. */
+template <class T>
+bool moe_q8k_use(int K, int S, int64_t n_out, int nb, int n_sm)
+{
+    if (K == 1 && S == 1)
+        return q8k_use<T>(n_out, nb, n_sm);
+    if constexpr (kq_q8k<T>::ON)
+        return (size_t)kq_xq_bytes(nb) <= XS_MAX;
+    return false;
+}
+
 /* Launches k with `smem` dynamic shared bytes (raising the kernel's limit
  * past 48 KB first); grid.x <= 0 asks for a persistent grid: as many blocks
  * as fit on the chip at once (min with -grid.x). */
@@ -1168,10 +1216,18 @@ struct moe_launch {
         } else {
             dim3 grid((unsigned)((a.n_out + MW - 1) / MW), (unsigned)(n_tok * a.S));
             size_t ws = wstage_bytes<T, 2, MW>();
-            if (use_sx<T>() && xl <= xs_budget(smem_optin, ws))
-                e = launch_k(moe_gate_up_kernel<T, true>, grid, 0, MW * 32, ws + xl, s, pdl, a, n_sm);
-            else
-                e = launch_k(moe_gate_up_kernel<T, false>, grid, 0, MW * 32, ws, s, pdl, a, n_sm);
+            const size_t ql = (size_t)kq_xq_bytes(a.nb);
+            if (moe_q8k_use<T>(a.K, a.S, a.n_out, a.nb, n_sm)) {
+                if constexpr (kq_q8k<T>::ON)
+                    e = launch_k(moe_gate_up_kernel<T, false, true>, grid, 0, MW * 32, ws + ql, s,
+                                 pdl, a, n_sm);
+            } else if (use_sx<T>() && xl <= xs_budget(smem_optin, ws)) {
+                e = launch_k(moe_gate_up_kernel<T, true, false>, grid, 0, MW * 32, ws + xl, s, pdl,
+                             a, n_sm);
+            } else {
+                e = launch_k(moe_gate_up_kernel<T, false, false>, grid, 0, MW * 32, ws, s, pdl, a,
+                             n_sm);
+            }
         }
         return 0;
     }
@@ -1181,26 +1237,37 @@ struct moe_launch {
 namespace {
 struct q8k_query {
     int64_t n_out;
-    int nb, n_sm;
+    int nb, n_sm, K; /* K = 0: a matmul; else the MoE gate/up of K experts */
     bool on;
     template <class T>
     int go()
     {
-        on = q8k_use<T>(n_out, nb, n_sm);
+        on = K ? moe_q8k_use<T>(K, K, n_out, nb, n_sm) : q8k_use<T>(n_out, nb, n_sm);
         return 0;
     }
 };
+
+bool q8k_ask(const struct cw_cuda *c, enum cw_qtype type, int64_t n_in, int64_t n_out, int K)
+{
+    int qk = cw_k_block_elems(type);
+    if (qk <= 0 || n_in % qk)
+        return false;
+    q8k_query f = {n_out, (int)(n_in / qk), c->info.n_sm > 0 ? c->info.n_sm : 1, K, false};
+    cw_k_dispatch(type, f);
+    return f.on;
+}
 } // namespace
 
 extern "C" bool cw_k_q8k(const struct cw_cuda *c, enum cw_qtype type, int64_t n_in,
                          int64_t n_out)
 {
-    int qk = cw_k_block_elems(type);
-    if (qk <= 0 || n_in % qk)
-        return false;
-    q8k_query f = {n_out, (int)(n_in / qk), c->info.n_sm > 0 ? c->info.n_sm : 1, false};
-    cw_k_dispatch(type, f);
-    return f.on;
+    return q8k_ask(c, type, n_in, n_out, 0);
+}
+
+extern "C" bool cw_k_moe_q8k(const struct cw_cuda *c, enum cw_qtype type, int64_t n_in,
+                             int64_t n_out, int K)
+{
+    return K >= 1 && q8k_ask(c, type, n_in, n_out, K);
 }
 
 extern "C" size_t cw_k_matmul_scratch(const struct cw_k_mat *W, int64_t n_tok)

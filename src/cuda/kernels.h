@@ -94,6 +94,13 @@ int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
  * least 16 rows per SM); otherwise f32 x. */
 bool cw_k_q8k(const struct cw_cuda *c, enum cw_qtype type, int64_t n_in, int64_t n_out);
 
+/* Whether the decode (n_tok <= 32) MoE gate/up of K routed experts, and the
+ * shared expert fused as their slot K, multiply x quantised to Q8_K (g and
+ * u bit-equal to the CPU's vec_dot): every Q4_K/Q5_K/Q6_K expert matrix;
+ * K = 1 follows cw_k_q8k (the dense FFN's gate/up agree with its matmuls). */
+bool cw_k_moe_q8k(const struct cw_cuda *c, enum cw_qtype type, int64_t n_in, int64_t n_out,
+                  int K);
+
 /* Bytes of d_scratch cw_k_matmul needs for n_tok tokens of W (0 if none);
  * the caller allocates the max over its matrices once. */
 size_t cw_k_matmul_scratch(const struct cw_k_mat *W, int64_t n_tok);

@@ -130,16 +130,37 @@ static int twin_one(struct model *M, struct cw_wt *t, struct cw_cuda *c)
 
 static int twin_layer(struct model *M, struct cw_qwen35_layer_w *l, struct cw_cuda *c)
 {
+    /* the routed experts' gate/up, and the shared expert's where it rides
+     * in their launch (its type and shape are theirs: cw_k_moe_shared_
+     * fusable), take Q8_K x as the routed launch decides (cw_k_moe_q8k) */
+    const struct cw_wt *ge = &l->moe.gate_exps, *gs = &l->moe.gate_shexp;
+    const int K = (int)M->hp.n_expert_used;
+    const bool moe_q = c && ge->data && cw_k_moe_q8k(c, ge->type, ge->ne[0], ge->ne[1], K);
+    const bool sh_q = moe_q && gs->data && gs->type == ge->type && gs->ne[0] == ge->ne[0] &&
+                      gs->ne[1] == ge->ne[1] && l->moe.up_shexp.type == ge->type;
     struct cw_wt *m[] = {&l->attn.q,         &l->attn.k,         &l->attn.v,
                          &l->attn.o,         &l->ssm.qkv,        &l->ssm.gate,
                          &l->ssm.beta,       &l->ssm.alpha,      &l->ssm.out,
-                         &l->moe.gate_inp,   &l->moe.gate_exps,  &l->moe.up_exps,
-                         &l->moe.down_exps,  &l->moe.gate_inp_shexp, &l->moe.gate_shexp,
-                         &l->moe.up_shexp,   &l->moe.down_shexp, &l->ffn.gate,
-                         &l->ffn.up,         &l->ffn.down};
+                         &l->moe.gate_inp,   &l->moe.down_exps,  &l->moe.gate_inp_shexp,
+                         &l->moe.down_shexp, &l->ffn.gate,       &l->ffn.up,
+                         &l->ffn.down};
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
         if (twin_one(M, m[i], c))
             return -1;
+    struct cw_wt *ex[] = {&l->moe.gate_exps, &l->moe.up_exps};
+    for (int i = 0; i < 2; i++) {
+        if (moe_q)
+            M->n_q8k++;
+        else if (twin_one(M, ex[i], NULL))
+            return -1;
+    }
+    struct cw_wt *sh[] = {&l->moe.gate_shexp, &l->moe.up_shexp};
+    for (int i = 0; i < 2; i++) {
+        if (sh_q)
+            M->n_q8k++;
+        else if (twin_one(M, sh[i], c))
+            return -1;
+    }
     return 0;
 }
 

@@ -499,11 +499,11 @@ static void check_moe(enum cw_qtype tg, enum cw_qtype td, int64_t n_tok, int64_t
     down(act, d_act, sizeof(float) * n_tok * K * F);
     /* gate_up: g and u each within the GEMV bound; act = silu(g) u, whose
      * error is |silu'(g)| e_g |u| + |silu(g)| e_u (silu' <= 1.1) + 4 ulp.
-     * Q8_K x (K = 1, cw_k_q8k): g and u are the CPU's vec_dot bits, so only
+     * Q8_K x (cw_k_moe_q8k): g and u are the CPU's vec_dot bits, so only
      * act's own roundings remain: expf (2 ulp), 1 + e, the division, the
      * product: 8 ulp. */
     double relg = (32.0 * 2 + 5) * ldexp(1, -24);
-    const int q8k = K == 1 && cw_k_q8k(C, tg, E_, F);
+    const int q8k = cw_k_moe_q8k(C, tg, E_, F, K);
     void *xq = q8k ? malloc(cw_cpu_act_bytes(tg, E_)) : NULL;
     int bad = 0;
     for (int64_t p = 0; p < n_tok * K; p++) {
@@ -653,15 +653,33 @@ static void check_moe_shared(enum cw_qtype tg, enum cw_qtype td, int64_t n_tok, 
     down(act, d_act, sizeof(float) * n_tok * S1 * F);
     CK(cw_k_moe_gate_up(C, &mg, &mu, d_x, d_ids, K, n_tok, d_ref, NULL, &E));
     down(ref, d_ref, sizeof(float) * n_tok * K * F);
-    int same = 1;
+    /* the shared slot: on Q8_K x (the routed launch's path, cw_k_moe_q8k)
+     * the CPU's dots through act's 8-ulp SwiGLU (as check_moe); else the
+     * bits of its own K = 1 launch */
+    const int q8k = cw_k_moe_q8k(C, tg, E_, F, K);
+    void *xq = q8k ? malloc(cw_cpu_act_bytes(tg, E_)) : NULL;
+    int same = 1, sh_bad = 0;
     for (int64_t t = 0; t < n_tok; t++) {
         same &= !memcmp(act + t * S1 * F, ref + t * K * F, sizeof(float) * K * F);
+        if (q8k) {
+            cw_cpu_quantize_act(tg, x + t * E_, xq, E_);
+            for (int64_t r = 0; r < F; r++) {
+                double g = cw_cpu_vec_dot(tg, E_, SG.m[0].q + r * SG.m[0].rb, xq);
+                double u = cw_cpu_vec_dot(tg, E_, SU.m[0].q + r * SU.m[0].rb, xq);
+                double want = g / (1 + exp(-g)) * u;
+                sh_bad += !(fabs(act[(t * S1 + K) * F + r] - want) <=
+                            8 * ldexp(fabs(want), -24) + 1e-30);
+            }
+            continue;
+        }
         CK(cw_k_moe_gate_up(C, &sg, &su, d_x + t * E_, d_zero, 1, 1, d_ref, NULL, &E));
         down(refs, d_ref, sizeof(float) * F);
         same &= !memcmp(act + (t * S1 + K) * F, refs, sizeof(float) * F);
     }
-    ok(same, "moe_gate_up_sh %s K=%d n_tok %lld: routed slots and the shared slot bit-equal to "
-       "their own launches", cw_qtype_name(tg), K, (long long)n_tok);
+    free(xq);
+    ok(same && sh_bad == 0, "moe_gate_up_sh %s K=%d n_tok %lld: routed slots bit-equal to their "
+       "own launch, the shared slot %s (%d off)", cw_qtype_name(tg), K, (long long)n_tok,
+       q8k ? "within 8 ulp of the CPU's (q8_K x)" : "bit-equal to its own launch", sh_bad);
     CK(cw_k_moe_down_sh(C, &md, &sd, d_act, d_ids, d_wts, d_sl, K, n_tok, d_h, NULL, &E));
     down(h, d_h, sizeof(float) * n_tok * E_);
     {
