@@ -27,17 +27,15 @@
  * Q8_0's 34, ...) are staged per warp into shared memory with coalesced
  * 16-byte loads first, then read from there with their own alignment.
  *
- * Q4_K/Q5_K/Q6_K with n_out >= 16 rows per SM (q8k_use; the 27B's matrices
- * and the LM heads, not the 35B's 512..8192 x 2048, which are latency-bound)
- * multiply integers instead: each block quantises its tokens' x to Q8_K in
+ * Q4_K/Q5_K/Q6_K (q8k_use: the long matrices, the LM heads, the tiny ones
+ * beside them; moe_q8k_use: the routed experts' gate/up) multiply
+ * integers instead: each block quantises its tokens' x to Q8_K in
  * shared memory first (xq_stage, the CPU's quantiser operation for
  * operation), then per unit 8 dp4a against the weights' 4-6 bit values,
  * the block's sums over its 8 lanes by an integer butterfly, and the
  * block's float value as the CPU forms it (mv_dot_q8k). The dense FFN's
- * gate/up (cw_k_moe_gate_up, K = 1) takes the same path for those shapes,
- * and the routed experts' gate/up (with the fused shared expert) take it
- * for every K-quant shape (moe_q8k_use: the 35B's gate_up is issue-bound on
- * the f32 path, ~70% of issue slots, not latency-bound).
+ * gate/up (cw_k_moe_gate_up, K = 1) and the routed experts' gate/up (with
+ * the fused shared expert) take the same path; the MoE down keeps f32 x.
  *
  * Numerics (Q8_K path): the result is bit-equal to the CPU backend's
  * vec_dot (cpu_dot_ref.c / the AVX2 twin): x rounds to int8 the same way,
@@ -502,7 +500,7 @@ static __device__ __forceinline__ const uint8_t *mv_row(const mv_args &a, int64_
  * loops carry no predicates. The block stages x once (SX) and then walks
  * row groups blockIdx.x, +gridDim.x, ... (a grid of a few blocks per SM for
  * the LM head, so x is staged ~500 times, not once per 8 rows). */
-template <class T, int RR, int NT, bool SX>
+template <class T, int RR, int NT, bool SX, bool Q8K>
 static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a)
 {
     extern __shared__ __align__(16) uint8_t smem[];
@@ -522,8 +520,9 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a
     }
     cw_pdl_wait();
     cw_pdl_launch_dependents();
-    /* the Q8_K types: x quantised once per block (xq_stage) */
-    constexpr bool Q8K = SX && kq_q8k<T>::ON;
+    /* Q8K (the kq_q8k types, q8k_use): x quantised once per block
+     * (xq_stage); SX alone stages f32 x */
+    static_assert(!Q8K || (SX && kq_q8k<T>::ON), "Q8K stages x");
     const uint8_t *xq[NT];
     if constexpr (Q8K) {
         xq_stage<T>(a.x, a.ldx, a.nt, a.nb, (uint8_t *)xsm);
@@ -608,7 +607,7 @@ static __device__ __forceinline__ const uint8_t *moe_base(const moe_args &a, con
  * two rows, then act = silu(g)·u, silu as the CPU's (x / (1 + e^-x)). An
  * invalid (negative) id gives act = 0. MW warps (rows) of one pair per block
  * share the staged x. grid (row blocks, n_tok*K). Q8K (the kq_q8k types,
- * moe_q8k_use): the block quantises the token's x to Q8_K in shared memory
+ * q8k_use): the block quantises the token's x to Q8_K in shared memory
  * (xq_stage) and each warp forms the CPU's vec_dot of its two rows
  * (mv_dot_q8k), so g and u are the CPU's bits. */
 template <class T, bool SX, bool Q8K>
@@ -1006,23 +1005,28 @@ constexpr bool use_sx()
 }
 
 /* Whether a product of this type and shape multiplies x quantised to Q8_K
- * (the kq_q8k types, one token's copy fits XS_MAX, n_out >= 16 n_sm: the
- * shorter matrices are bound by latency, where quantising x first costs
- * more than it saves). A function of the matrix alone: every n_tok, the
- * matmul and the K == 1 gate/up take the same path (batch invariance). */
+ * (the kq_q8k types whose one-token copy fits XS_MAX): matrices of
+ * n_out >= 16 n_sm rows (the 27B's, the LM heads), and those of at most 64
+ * (the DeltaNet's beta and alpha), which then share the launch of the long
+ * ones that read the same x (cw_k_matmul_multi groups by path). The rows
+ * between stay on f32 x: there quantising x in every block first cost more
+ * than it saved (35B decode, H200: 317 tok/s with every K-quant matrix on
+ * Q8_K x, 327 with these). A function of the matrix alone: every n_tok,
+ * the matmul and the K == 1 gate/up take the same path (batch invariance). */
 template <class T>
 bool q8k_use(int64_t n_out, int nb, int n_sm)
 {
     if constexpr (kq_q8k<T>::ON)
-        return (size_t)kq_xq_bytes(nb) <= XS_MAX && n_out >= (int64_t)16 * n_sm;
+        return (size_t)kq_xq_bytes(nb) <= XS_MAX && (n_out >= (int64_t)16 * n_sm || n_out <= 64);
     return false;
 }
 
 /* Whether the decode MoE gate/up of K routed experts (S slots with the
  * shared one) multiplies Q8_K x: always for the kq_q8k types (their decode
  * is issue-bound on the f32 path: the 35B's gate_up at ~70% of issue
- * slots); K = 1 without a shared slot (the dense FFN) follows q8k_use. A
- * function of the shapes alone, never of n_tok. */
+ * slots; 327 tok/s against 319 with it on f32 x); K = 1 without a shared
+ * slot (the dense FFN) follows q8k_use. A function of the shapes alone,
+ * never of n_tok. */
 template <class T>
 bool moe_q8k_use(int K, int S, int64_t n_out, int nb, int n_sm)
 {
@@ -1082,23 +1086,26 @@ struct gemv_launch {
     int n_sm;
     bool q8k; /* x quantised to Q8_K (cw_k_q8k of every matrix of the launch) */
     cudaError_t e;
-    template <class T, int RR, int NT, bool SX>
+    template <class T, int RR, int NT, bool SX, bool Q8K = false>
     void one(size_t xl)
     {
         size_t smem = wstage_bytes<T, RR, WARPS>() + (SX ? xl * a.nt : 0);
         unsigned grp = (unsigned)((a.n_out + WARPS * RR - 1) / (WARPS * RR));
-        e = launch_k(gemv_kernel<T, RR, NT, SX>, dim3(grp), SX, WARPS * 32, smem, s, pdl, a, n_sm);
+        e = launch_k(gemv_kernel<T, RR, NT, SX, Q8K>, dim3(grp), SX, WARPS * 32, smem, s, pdl, a,
+                     n_sm);
     }
     /* The Q8_K types (kq_q8k): x quantised per block in shared memory, by
-     * groups of the largest of 8, 4, 2, 1 tokens that fit XS_MAX; false
-     * (the f32 path, for every n_tok: the choice depends on n_in only) when
-     * not even one token fits. */
+     * groups of the largest of 8, 4, 2, 1 tokens that fit XS_MAX; short
+     * launches one row per warp up to 2 tokens (as the f32 path); false
+     * (the f32 path) where q8k_use says no for this launch's matrices
+     * (cw_k_matmul_multi groups them by that answer). */
     template <class T>
     bool q8k_go()
     {
         const size_t ql = (size_t)kq_xq_bytes(a.nb);
         if (!q8k)
             return false;
+        const bool r1 = few_rows(a.n_out, n_sm);
         int ntg = NT_MAX;
         while (ntg > 1 && ql * ntg > XS_MAX)
             ntg /= 2;
@@ -1112,13 +1119,13 @@ struct gemv_launch {
                 a.epi.y = epi_y0 + t0 * a.epi.ldy;
             a.scale_logit = sl0 ? sl0 + t0 : NULL;
             if (a.nt == 1)
-                one<T, 2, 1, true>(ql);
+                r1 ? one<T, 1, 1, true, true>(ql) : one<T, 2, 1, true, true>(ql);
             else if (a.nt == 2)
-                one<T, 2, 2, true>(ql);
+                r1 ? one<T, 1, 2, true, true>(ql) : one<T, 2, 2, true, true>(ql);
             else if (a.nt <= 4)
-                one<T, 2, 4, true>(ql);
+                one<T, 2, 4, true, true>(ql);
             else
-                one<T, 2, 8, true>(ql);
+                one<T, 2, 8, true, true>(ql);
         }
         return true;
     }

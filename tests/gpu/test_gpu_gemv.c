@@ -229,12 +229,13 @@ static void check_invariance(const struct hmat *m, const void *d_w)
  * cw_k_matmul, and write nothing outside y_i's n_out columns of each row. */
 static void check_multi(void)
 {
-    /* the 2200-row q4_K takes the Q8_K path where the device has <= 137
-     * SMs (cw_k_q8k), the short q4_K ones f32 x: they must not share a launch */
+    /* the 2200-row q4_K and the 3- and 33-row ones take the Q8_K path on a
+     * device of <= 137 SMs (cw_k_q8k), the 100-row one f32 x: one launch
+     * per path */
     enum { N = 6, IN = 2048, LD = 2203 };
     static const enum cw_qtype ty[N] = {CW_TYPE_Q6_K, CW_TYPE_Q4_K, CW_TYPE_Q4_K, CW_TYPE_F32,
                                         CW_TYPE_Q4_K, CW_TYPE_Q4_K};
-    static const int64_t rows[N] = {96, 64, 3, 5, 33, 2200};
+    static const int64_t rows[N] = {96, 100, 3, 5, 33, 2200};
     struct hmat m[N];
     struct cw_k_mat W[N];
     const struct cw_k_mat *Wp[N];
@@ -400,6 +401,8 @@ static void test_type(enum cw_qtype type)
         {qk * 4, 2300, 1, 0, 0, 1, 0},    /* long matrices: two rows per warp */
         {qk * 2, 2200, 3, 0, 0, 0, 1},
         {25600, 5, 2, 0, 0, 1, 0},        /* x too large to stage: read through L1 */
+        {90112, 3, 2, 0, 0, 0, 0},        /* K-quants: x's Q8_K copy past XS_MAX, f32 x */
+        {qk * 8, 600, 3, 0, 2, 1, 1},     /* K-quants: f32 x, staged from 3 tokens */
     };
     for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
         if (S[i].n_in % qk)
@@ -412,14 +415,16 @@ static void test_type(enum cw_qtype type)
                      S[i].scale, S[i].n_tok > GEMV_MAX_TOK ? "gemm" : "gemv");
         if (i == 1 || i == 2)
             check_dequant(&m, dw);
-        if (i == 2 || i == 8) /* f32 x, and Q8_K x for the K-quants */
+        if (i == 2 || i == 8 || i == 11) /* the K-quants: Q8_K x (two), f32 x */
             check_invariance(&m, dw);
         cw_cuda_free(C, dw);
         hmat_free(&m);
     }
     if (type == CW_TYPE_Q4_K || type == CW_TYPE_Q5_K || type == CW_TYPE_Q6_K) {
-        ok(cw_k_q8k(C, type, 5120, 17408) && !cw_k_q8k(C, type, 2048, 512),
-           "%s: Q8_K x for the 27B's 17408 x 5120, f32 x for 512 x 2048", cw_qtype_name(type));
+        ok(cw_k_q8k(C, type, 5120, 17408) && cw_k_q8k(C, type, 2048, 32) &&
+               !cw_k_q8k(C, type, 2048, 512) && !cw_k_q8k(C, type, 90112, 17408),
+           "%s: Q8_K x for 17408 x 5120 and 32 x 2048; f32 x for 512 x 2048 and past XS_MAX",
+           cw_qtype_name(type));
         check_q8k_edges(type);
     }
 }
