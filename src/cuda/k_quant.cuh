@@ -356,17 +356,40 @@ static __device__ __forceinline__ int kq_run_k4(int p, int r)
     return 64 * (p >> 1) + 16 * (p & 1) + 8 * (r & 1) + 32 * (r >> 1);
 }
 
+/* Q4_K/Q5_K unit p's raw bytes: the block head hd (d, dmin, scales), the
+ * 16 qs bytes q and (Q5) the 16 qh bytes; kq_k4_word extracts values */
 template <bool Q5>
-static __device__ __forceinline__ void kq_k4_unit(const uint8_t *b, int p, float *w)
+static __device__ __forceinline__ void kq_k4_bytes(const uint8_t *b, int p, uint4 &hd,
+                                                   uint32_t (&q)[4], uint32_t (&qh)[4])
 {
-    uint4 hd = __ldg((const uint4 *)b);
+    hd = __ldg((const uint4 *)b);
     int c = p >> 1, hf = p & 1;
     uint4 qv = __ldg((const uint4 *)(b + (Q5 ? 48 : 16) + 32 * c + 16 * hf));
     uint4 hv = make_uint4(0, 0, 0, 0);
     if (Q5)
         hv = __ldg((const uint4 *)(b + 16 + 16 * hf));
+    q[0] = qv.x, q[1] = qv.y, q[2] = qv.z, q[3] = qv.w;
+    qh[0] = hv.x, qh[1] = hv.y, qh[2] = hv.z, qh[3] = hv.w;
+}
+
+/* four values (bytes) of sub-block s = 2c + h from word i of kq_k4_bytes */
+template <bool Q5>
+static __device__ __forceinline__ uint32_t kq_k4_word(uint32_t q, uint32_t qh, int h, int s)
+{
+    uint32_t v = (q >> (4 * h)) & 0x0F0F0F0Fu;
+    if (Q5)
+        v |= ((qh >> s) & 0x01010101u) << 4;
+    return v;
+}
+
+template <bool Q5>
+static __device__ __forceinline__ void kq_k4_unit(const uint8_t *b, int p, float *w)
+{
+    uint4 hd;
+    uint32_t q[4], qh[4];
+    kq_k4_bytes<Q5>(b, p, hd, q, qh);
+    const int c = p >> 1;
     float d = cw_dev_f16_to_f32((uint16_t)(hd.x & 0xFFFF)), dmin = cw_dev_f16_to_f32((uint16_t)(hd.x >> 16));
-    uint32_t q[4] = {qv.x, qv.y, qv.z, qv.w}, qh[4] = {hv.x, hv.y, hv.z, hv.w};
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         int s = 2 * c + h, sc, m;
@@ -375,9 +398,7 @@ static __device__ __forceinline__ void kq_k4_unit(const uint8_t *b, int p, float
         float c0 = -dl * CW_K_TWO23;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            uint32_t v = (q[i] >> (4 * h)) & 0x0F0F0F0Fu;
-            if (Q5)
-                v |= ((qh[i] >> s) & 0x01010101u) << 4;
+            uint32_t v = kq_k4_word<Q5>(q[i], qh[i], h, s);
 #pragma unroll
             for (int k = 0; k < 4; k++)
                 w[16 * h + 4 * i + k] = __fsub_rn(kq_mulq(dl, kq_bytef(v, k), c0), ml);
@@ -558,15 +579,12 @@ struct kq_k4_int {
     }
     static __device__ void unit(const uint8_t *b, int p, kq_iu &u)
     {
-        uint4 hd = __ldg((const uint4 *)b);
-        int c = p >> 1, hf = p & 1;
-        uint4 qv = __ldg((const uint4 *)(b + (Q5 ? 48 : 16) + 32 * c + 16 * hf));
-        uint4 hv = make_uint4(0, 0, 0, 0);
-        if (Q5)
-            hv = __ldg((const uint4 *)(b + 16 + 16 * hf));
+        uint4 hd;
+        uint32_t q[4], qh[4];
+        kq_k4_bytes<Q5>(b, p, hd, q, qh);
+        const int c = p >> 1;
         u.d = cw_dev_f16_to_f32((uint16_t)(hd.x & 0xFFFF));
         u.dmin = cw_dev_f16_to_f32((uint16_t)(hd.x >> 16));
-        uint32_t q[4] = {qv.x, qv.y, qv.z, qv.w}, qh[4] = {hv.x, hv.y, hv.z, hv.w};
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             int s = 2 * c + h, sc, m;
@@ -574,12 +592,8 @@ struct kq_k4_int {
             u.sc[2 * h] = u.sc[2 * h + 1] = sc;
             u.m[h] = m;
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                uint32_t v = (q[i] >> (4 * h)) & 0x0F0F0F0Fu;
-                if (Q5)
-                    v |= ((qh[i] >> s) & 0x01010101u) << 4;
-                u.q[4 * h + i] = v;
-            }
+            for (int i = 0; i < 4; i++)
+                u.q[4 * h + i] = kq_k4_word<Q5>(q[i], qh[i], h, s);
         }
     }
     /* this lane's share of the block's sumi and summ (cpu_dot_ref.c):
