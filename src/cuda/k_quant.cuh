@@ -431,6 +431,25 @@ static __device__ __forceinline__ int kq_run_k6(int p, int r)
     return 128 * (p >> 2) + 32 * r + 8 * (p & 3);
 }
 
+/* Q6_K unit p (hh = p/4, l0 = 8(p%4)): its ql and qh words, two of each
+ * run (A: ql low nibbles' bytes, B: the 32 after, C: qh); kq_k6_word
+ * extracts the 6-bit values (0..63) of quarter k */
+static __device__ __forceinline__ void kq_k6_bytes(const uint8_t *b, int p, uint32_t (&A)[2],
+                                                   uint32_t (&B)[2], uint32_t (&C)[2])
+{
+    int hh = p >> 2, l0 = 8 * (p & 3);
+    const uint8_t *ql = b + 64 * hh + l0, *qh = b + 128 + 32 * hh + l0;
+    A[0] = kq_u32a2(ql), A[1] = kq_u32a2(ql + 4);
+    B[0] = kq_u32a2(ql + 32), B[1] = kq_u32a2(ql + 36);
+    C[0] = kq_u32a2(qh), C[1] = kq_u32a2(qh + 4);
+}
+
+static __device__ __forceinline__ uint32_t kq_k6_word(uint32_t A, uint32_t B, uint32_t C, int k)
+{
+    uint32_t lo = ((k & 1 ? B : A) >> (4 * (k >> 1))) & 0x0F0F0F0Fu;
+    return lo | ((C >> (2 * k)) & 0x03030303u) << 4;
+}
+
 struct kt_q6_k {
     enum { QK = 256, BB = 210, UPB = 8, DIRECT = 0, XP = 128 };
     static __device__ int run(int p, int r) { return kq_run_k6(p, r); }
@@ -438,18 +457,15 @@ struct kt_q6_k {
     {
         int hh = p >> 2, l0 = 8 * (p & 3);
         float d = kq_h(b + 208);
-        const uint8_t *ql = b + 64 * hh + l0, *qh = b + 128 + 32 * hh + l0;
-        uint32_t A[2] = {kq_u32a2(ql), kq_u32a2(ql + 4)};
-        uint32_t B[2] = {kq_u32a2(ql + 32), kq_u32a2(ql + 36)};
-        uint32_t C[2] = {kq_u32a2(qh), kq_u32a2(qh + 4)};
+        uint32_t A[2], B[2], C[2];
+        kq_k6_bytes(b, p, A, B, C);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             int8_t sc = (int8_t)b[192 + 8 * hh + 2 * k + (l0 >> 4)];
             float dl = __fmul_rn(d, (float)sc);
 #pragma unroll
             for (int i = 0; i < 2; i++) {
-                uint32_t lo = ((k & 1 ? B[i] : A[i]) >> (4 * (k >> 1))) & 0x0F0F0F0Fu;
-                uint32_t v = lo | ((C[i] >> (2 * k)) & 0x03030303u) << 4;
+                uint32_t v = kq_k6_word(A[i], B[i], C[i], k);
 #pragma unroll
                 for (int j = 0; j < 4; j++)
                     w[8 * k + 4 * i + j] =
@@ -639,19 +655,14 @@ struct kq_k6_int {
         u.d = kq_h(b + 208);
         u.dmin = 0.0f;
         u.m[0] = u.m[1] = 0;
-        const uint8_t *ql = b + 64 * hh + l0, *qh = b + 128 + 32 * hh + l0;
-        uint32_t A[2] = {kq_u32a2(ql), kq_u32a2(ql + 4)};
-        uint32_t B[2] = {kq_u32a2(ql + 32), kq_u32a2(ql + 36)};
-        uint32_t C[2] = {kq_u32a2(qh), kq_u32a2(qh + 4)};
+        uint32_t A[2], B[2], C[2];
+        kq_k6_bytes(b, p, A, B, C);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             u.sc[k] = (int8_t)b[192 + 8 * hh + 2 * k + (l0 >> 4)];
 #pragma unroll
-            for (int i = 0; i < 2; i++) {
-                uint32_t lo = ((k & 1 ? B[i] : A[i]) >> (4 * (k >> 1))) & 0x0F0F0F0Fu;
-                uint32_t v = lo | ((C[i] >> (2 * k)) & 0x03030303u) << 4;
-                u.q[2 * k + i] = __vsub4(v, 0x20202020u);
-            }
+            for (int i = 0; i < 2; i++)
+                u.q[2 * k + i] = __vsub4(kq_k6_word(A[i], B[i], C[i], k), 0x20202020u);
         }
     }
     static __device__ int2 dot(const kq_iu &u, const uint4 &xa, const uint4 &xb, const int16_t *,
