@@ -362,7 +362,9 @@ static __device__ __forceinline__ void xq_stage(const float *x, int64_t ldx, int
  * group k keeps slot k (even rounds) and slot 4 + k (odd rounds), each in
  * block order; cw_reduce8's tree is then (slot k + slot 4+k) in the group,
  * + group k^2 (xor 16), + group k^1 (xor 8): the same additions. The weight
- * loads (direct or staged) are mv_dot's. */
+ * loads (direct or staged) are mv_dot's, written out again: as a helper
+ * taking the stage arrays by reference they cost ptxas registers in several
+ * instances (q6_K one row per warp: 48 -> 55). */
 template <class T, int RR, int NT>
 static __device__ __forceinline__ void mv_dot_q8k(const uint8_t *const *rows,
                                                   const uint8_t *const *xq, int nb, uint8_t *stg,
