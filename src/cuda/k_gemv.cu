@@ -686,7 +686,7 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_kernel(const moe_a
     }
 }
 
-/* The Q8_K types with K == 1 (the dense FFN's gate and up, kq_q8k_rows):
+/* The Q8_K types with K == 1 (the dense FFN's gate and up where q8k_use says so):
  * the block quantises the pair's token once (xq_stage) and walks row
  * groups (persistent grid.x); each warp a row's gate and up as
  * mv_dot_q8k's two rows, so g and u are the bits cw_k_matmul gives (the
