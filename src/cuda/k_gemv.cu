@@ -103,7 +103,7 @@ extern "C" {
 #define WARPS 4 /* warps per block of the dense and MoE-down kernels */
 #define MW 8    /* warps per block of the MoE gate/up kernel: 8 rows share x */
 /* Up to this many tokens the GEMV path runs (in groups of 8 tokens; above,
- * the TF32 GEMM of k_gemm.cu): the weights are re-read per group of 8, which
+ * the tensor-core GEMM of k_gemm.cu): the weights are re-read per group of 8, which
  * still costs less than dequantising the matrix for the tensor cores. */
 #define NT_MAX 8
 /* x staged in shared memory up to this many bytes per block, and never past

@@ -200,45 +200,15 @@ static __global__ void __launch_bounds__(SORT_THREADS) sort_kernel(const sort_ar
 /* ---- 2. activations to scaled f16 --------------------------------------------- */
 
 /* Row r of x (n values, n % 8 == 0, ldx % 4 == 0) -> y[r][n] = f16(x·2^s),
- * ex[r] = s. NaN passes through; an infinite row keeps s = 0. */
+ * ex[r] = s (k_gemm.cuh). NaN passes through; an infinite row keeps s = 0. */
 static __global__ void __launch_bounds__(256) to_f16_kernel(const float *x, int64_t ldx, int n,
                                                             __half *y, int *ex)
 {
-    __shared__ float red[8];
-    __shared__ int s_sh;
     const float *xr = x + blockIdx.x * ldx;
-    float m = 0.0f;
-    for (int i = threadIdx.x * 4; i < n; i += 1024) {
-        float4 v = *(const float4 *)(xr + i);
-        m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-    }
-    m = cw_warp_max(m);
-    if ((threadIdx.x & 31) == 0)
-        red[threadIdx.x >> 5] = m;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float mm = red[0];
-        for (int w = 1; w < 8; w++)
-            mm = fmaxf(mm, red[w]);
-        int s = 0;
-        if (mm > 0.0f && mm <= 3.402823466e38f) {
-            int e;
-            frexpf(mm, &e); /* mm < 2^e <= 2 mm */
-            s = min(max(15 - e, -60), 60);
-        }
-        s_sh = s;
+    const int s = cw_f16_shift(cw_row_absmax<256>(xr, n));
+    if (threadIdx.x == 0)
         ex[blockIdx.x] = s;
-    }
-    __syncthreads();
-    const float sc = __int_as_float((127 + s_sh) << 23);
-    __half *yr = y + (int64_t)blockIdx.x * n;
-    for (int i = threadIdx.x * 4; i < n; i += 1024) {
-        float4 v = *(const float4 *)(xr + i);
-        __half2 lo = __floats2half2_rn(v.x * sc, v.y * sc), hi = __floats2half2_rn(v.z * sc, v.w * sc);
-        uint2 o;
-        o.x = *(uint32_t *)&lo, o.y = *(uint32_t *)&hi;
-        *(uint2 *)(yr + i) = o;
-    }
+    cw_row_to_f16<256>(xr, n, s, y + (int64_t)blockIdx.x * n);
 }
 
 /* ---- 3. grouped GEMM ---------------------------------------------------------- */

@@ -20,9 +20,10 @@
  *         up to 32 tokens. It is the twin where no matrix qualifies.
  *   gpu   the CUDA backend.
  * Regimes: up to 32 tokens a GPU matmul is a GEMV (f32 x; Q8_K x for the
- * cw_k_q8k matrices); above, a TF32 GEMM (k_gemm.cu). A pass whose prompt
+ * cw_k_q8k matrices); above, a tensor-core GEMM (k_gemm.cu). A pass whose prompt
  * goes in chunks of 7 is in the GEMV regime throughout;
- * the prompt in one call (the engine's prefill) is TF32 in its matmuls.
+ * the prompt in one call (the engine's prefill) is a tensor-core GEMM in its
+ * matmuls (f16; TF32 for the F32/BF16/FP4 types).
  * Bounds, per row r = ||a − b|| / ||b||, for the chunks-of-7 pass (GEMV)
  * of a file with no matrix on Q8_K x:
  *   gpu vs twin <= TWIN_BOUND (1e-3): the same function in a different
@@ -44,10 +45,10 @@
  *     of the MoE files clear a margin that size.
  * The chunks-of-7 pass of a file with matrices on Q8_K x: gpu-hyb within
  * hyb-twin, mean and worst row, and top-1 as below (compare_q8k says why
- * not per row). The one-call pass (TF32) is held to the CPU's own distance
+ * not per row). The one-call pass (GEMM) is held to the CPU's own distance
  * from the twin (plus hyb-twin where matrices take Q8_K x; mean and worst
  * row) and to top-1 where the margin exceeds both measured distances
- * (compare_tf32 says why not per row).
+ * (compare_gemm says why not per row).
  * Exact checks: the device argmax equals the argmax of the downloaded GPU
  * logits; two GPU runs are bit-identical; the decode graph with programmatic
  * dependent launch equals plain launches bit for bit (CWEN_CUDA_GRAPH=0,
@@ -428,17 +429,18 @@ static void compare_f32(const char *what, const float *gpu, const int32_t *gpu_a
     rows_err_free(&e);
 }
 
-/* The one-call pass, whose prompt matmuls run in TF32 (k_gemm.cu): the GPU
+/* The one-call pass, whose prompt matmuls run on the tensor cores with 10
+ * mantissa bits per operand (f16 or TF32, k_gemm.cu): the GPU
  * stays at least as close to the exact f32 function as the CPU with its
  * 8-bit activations, on average and in the worst row (per row is not a
- * bound here: TF32 rounding flips an expert choice now and then, as the
+ * bound here: that rounding flips an expert choice now and then, as the
  * CPU's rounding does more often); top-1 equals the CPU's wherever the
  * CPU's margin exceeds 4·(both sides' measured distance from the twin).
  * With hyb (matrices on Q8_K x), the decode steps after the prompt also
  * round x for those matrices as the CPU does, so the allowance adds their
  * measured rounding (hyb-twin, mean and worst row) to the CPU's: the two
  * departures from the f32 function, each bounded by its own. */
-static void compare_tf32(const char *what, const float *gpu, const float *cpu,
+static void compare_gemm(const char *what, const float *gpu, const float *cpu,
                          const float *twin, const float *hyb, int64_t rows, int64_t V)
 {
     struct rows_err e;
@@ -613,12 +615,12 @@ static void check_model(struct cw_cuda *c, const char *label, const char *args,
         else
             compare_f32(what, g7.mtp, NULL, pc.mtp, pt.mtp, N_MTP, V);
     }
-    /* the prompt in one call: TF32 prefill */
+    /* the prompt in one call: the GEMM prefill */
     snprintf(what, sizeof what, "%s one call", label);
-    compare_tf32(what, g1.logits, pc.logits, pt.logits, hyb ? ph.logits : NULL, N_ALL, V);
+    compare_gemm(what, g1.logits, pc.logits, pt.logits, hyb ? ph.logits : NULL, N_ALL, V);
     if (mtp) {
         snprintf(what, sizeof what, "%s mtp one call", label);
-        compare_tf32(what, g1.mtp, pc.mtp, pt.mtp, hyb ? ph.mtp : NULL, N_MTP, V);
+        compare_gemm(what, g1.mtp, pc.mtp, pt.mtp, hyb ? ph.mtp : NULL, N_MTP, V);
     }
     {
         int64_t bad = 0;

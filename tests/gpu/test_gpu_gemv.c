@@ -10,7 +10,11 @@
  *     product is bit-equal to the CPU's vec_dot (cpu_gemv.h; its accuracy
  *     against llama.cpp is test_cpu_gemv_oracle's), plus the same 4 ulp
  *     for the σ scale / add;
- *   GEMM (tensor cores, TF32): (2^-9 + n_in 2^-24) Σ|w x| + 4 ulp.
+ *   GEMM (tensor cores; f16, TF32 for F32/BF16/MXFP4/NVFP4):
+ *     (2^-9 + n_in 2^-24) Σ|w x| + 4 ulp, and in f16 the subnormal terms
+ *     2^-25 Σ|x| + 2^-39 max|x| Σ|w| (max over the batch, whose one scale
+ *     2^-s <= max·2^-14); one shape spreads its tokens' x over 2^24 (a
+ *     token past f16's range beside small ones).
  * Dequantisation and get_rows are exact (bit-equal to quant_dequant.c), and
  * batch invariance is bit-exact. CWEN_GPU_BENCH=1 adds the GB/s table. */
 #include <math.h>
@@ -83,14 +87,29 @@ static void fill_nan(float *h, int64_t n)
 
 static double sigm(float s) { return 1.0f / (1.0f + expf(-s)); }
 
-/* One matmul check. Returns the number of bad elements. */
+/* Whether k_gemm.cu multiplies this type in f16 (else TF32). */
+static int gemm_f16(enum cw_qtype t)
+{
+    return t != CW_TYPE_F32 && t != CW_TYPE_BF16 && t != CW_TYPE_MXFP4 && t != CW_TYPE_NVFP4;
+}
+
+/* One matmul check; spread scales token t's x by 2^16, 2^-8, 1 for t % 3 =
+ * 0, 1, 2. Returns the number of bad elements. */
 static int check_matmul(const struct hmat *m, const void *d_w, int64_t n_tok, int64_t ldx,
-                        int64_t ldy, int add, int scale, const char *tag)
+                        int64_t ldy, int add, int scale, int spread, const char *tag)
 {
     struct cw_k_mat W = {m->type, d_w, m->rb, 0, m->n_in, m->n_out};
     float *x = malloc(sizeof(float) * ldx * n_tok), *y0 = malloc(sizeof(float) * ldy * n_tok);
     float *y = malloc(sizeof(float) * ldy * n_tok), sl[256];
     fill_x(x, ldx * n_tok);
+    double xmax = 0;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < ldx; i++) {
+            if (spread)
+                x[t * ldx + i] = ldexpf(x[t * ldx + i], t % 3 == 0 ? 16 : t % 3 == 1 ? -8 : 0);
+            if (i < m->n_in)
+                xmax = fmax(xmax, fabs(x[t * ldx + i]));
+        }
     for (int64_t i = 0; i < ldy * n_tok; i++)
         y0[i] = add ? gauss() : NAN;
     for (int t = 0; t < n_tok; t++)
@@ -107,6 +126,7 @@ static int check_matmul(const struct hmat *m, const void *d_w, int64_t n_tok, in
     int gemm = n_tok > GEMV_MAX_TOK;
     double L = 32.0 * ceil(m->n_in / 1024.0);
     double rel = gemm ? ldexp(1, -9) + m->n_in * ldexp(1, -24) : (L + 5) * ldexp(1, -24);
+    const int sub = gemm && gemm_f16(m->type); /* the f16 subnormal terms */
     int bad = 0;
     double worst = 0;
     const int q8k = !gemm && cw_k_q8k(C, m->type, m->n_in, m->n_out);
@@ -122,10 +142,11 @@ static int check_matmul(const struct hmat *m, const void *d_w, int64_t n_tok, in
                     bad++;
                 continue;
             }
-            double s = 0, sa = 0;
+            double s = 0, sa = 0, sx = 0, sw = 0;
             for (int64_t i = 0; i < m->n_in; i++) {
                 double p = (double)m->w[r * m->n_in + i] * x[t * ldx + i];
                 s += p, sa += fabs(p);
+                sx += fabs(x[t * ldx + i]), sw += fabs(m->w[r * m->n_in + i]);
             }
             double g = scale ? sigm(sl[t]) : 1.0;
             double rl = rel;
@@ -144,6 +165,8 @@ static int check_matmul(const struct hmat *m, const void *d_w, int64_t n_tok, in
             }
             double ref = s * g + (add ? y0[t * ldy + r] : 0.0);
             double tol = rl * sa * g + 4 * ldexp(fabs(s * g) + fabs(ref), -24) + 1e-30;
+            if (sub)
+                tol += (ldexp(sx, -25) + ldexp(xmax * sw, -39)) * g;
             double e = fabs(got - ref);
             if (!(e <= tol)) {
                 if (bad < 3)
@@ -156,9 +179,10 @@ static int check_matmul(const struct hmat *m, const void *d_w, int64_t n_tok, in
         }
     }
     free(xq);
-    ok(bad == 0, "%s %s %lldx%lld n_tok %lld ldx %lld ldy %lld%s%s: %d bad (worst %.2f of bound%s)",
+    ok(bad == 0, "%s %s %lldx%lld n_tok %lld ldx %lld ldy %lld%s%s%s: %d bad (worst %.2f of bound%s)",
        tag, cw_qtype_name(m->type), (long long)m->n_out, (long long)m->n_in, (long long)n_tok,
-       (long long)ldx, (long long)ldy, add ? " add" : "", scale ? " scaled" : "", bad, worst,
+       (long long)ldx, (long long)ldy, add ? " add" : "", scale ? " scaled" : "",
+       spread ? " x over 2^24" : "", bad, worst,
        q8k ? "; = the CPU's q8_K vec_dot" : "");
     cw_cuda_free(C, dx), cw_cuda_free(C, dy), cw_cuda_free(C, ds), cw_cuda_free(C, scr);
     free(x), free(y0), free(y);
@@ -390,19 +414,20 @@ static void test_type(enum cw_qtype type)
     const struct cw_qtype_traits *tr = cw_qtype_traits(type);
     ok(cw_k_supports(type), "%s supported", tr->name);
     int64_t qk = tr->block_elems < 32 ? 256 : tr->block_elems; /* float types: kernel blocks of 256 */
-    struct { int64_t n_in, n_out, n_tok, ldx_pad, ldy_pad; int add, scale; } S[] = {
-        {qk, 1, 1, 0, 0, 0, 0},           /* one block, one row */
-        {qk * 5, 13, 3, 8, 3, 1, 0},      /* partial lane round, odd rows, strides, add */
-        {2048, 37, 8, 0, 0, 0, 1},        /* two lane rounds, scaled (shared expert) */
-        {2048, 64, 2, 4, 0, 1, 1},
-        {qk * 3, 9, 9, 0, 5, 0, 0},       /* two token groups */
-        {1024, 19, 33, 0, 0, 1, 1},       /* GEMM regime */
-        {2048, 70, 72, 4, 2, 0, 0},
-        {qk * 4, 2300, 1, 0, 0, 1, 0},    /* long matrices: two rows per warp */
-        {qk * 2, 2200, 3, 0, 0, 0, 1},
-        {25600, 5, 2, 0, 0, 1, 0},        /* x too large to stage: read through L1 */
-        {90112, 3, 2, 0, 0, 0, 0},        /* K-quants: x's Q8_K copy past XS_MAX, f32 x */
-        {qk * 8, 600, 3, 0, 2, 1, 1},     /* K-quants: f32 x, staged from 3 tokens */
+    struct { int64_t n_in, n_out, n_tok, ldx_pad, ldy_pad; int add, scale, spread; } S[] = {
+        {qk, 1, 1, 0, 0, 0, 0, 0},        /* one block, one row */
+        {qk * 5, 13, 3, 8, 3, 1, 0, 0},   /* partial lane round, odd rows, strides, add */
+        {2048, 37, 8, 0, 0, 0, 1, 0},     /* two lane rounds, scaled (shared expert) */
+        {2048, 64, 2, 4, 0, 1, 1, 0},
+        {qk * 3, 9, 9, 0, 5, 0, 0, 0},    /* two token groups */
+        {1024, 19, 33, 0, 0, 1, 1, 0},    /* GEMM regime */
+        {2048, 70, 72, 4, 2, 0, 0, 0},
+        {qk * 4, 40, 45, 0, 0, 1, 0, 1},  /* GEMM, tokens' x spread over 2^24 */
+        {qk * 4, 2300, 1, 0, 0, 1, 0, 0}, /* long matrices: two rows per warp */
+        {qk * 2, 2200, 3, 0, 0, 0, 1, 0},
+        {25600, 5, 2, 0, 0, 1, 0, 0},     /* x too large to stage: read through L1 */
+        {90112, 3, 2, 0, 0, 0, 0, 0},     /* K-quants: x's Q8_K copy past XS_MAX, f32 x */
+        {qk * 8, 600, 3, 0, 2, 1, 1, 0},  /* K-quants: f32 x, staged from 3 tokens */
     };
     for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
         if (S[i].n_in % qk)
@@ -412,10 +437,10 @@ static void test_type(enum cw_qtype type)
         void *dw = dalloc(m.rb * m.n_out);
         up(dw, m.q, m.rb * m.n_out);
         check_matmul(&m, dw, S[i].n_tok, m.n_in + S[i].ldx_pad, m.n_out + S[i].ldy_pad, S[i].add,
-                     S[i].scale, S[i].n_tok > GEMV_MAX_TOK ? "gemm" : "gemv");
+                     S[i].scale, S[i].spread, S[i].n_tok > GEMV_MAX_TOK ? "gemm" : "gemv");
         if (i == 1 || i == 2)
             check_dequant(&m, dw);
-        if (i == 2 || i == 8 || i == 11) /* the K-quants: Q8_K x (two), f32 x */
+        if (i == 2 || i == 9 || i == 12) /* the K-quants: Q8_K x (two), f32 x */
             check_invariance(&m, dw);
         cw_cuda_free(C, dw);
         hmat_free(&m);

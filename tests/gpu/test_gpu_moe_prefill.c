@@ -372,7 +372,7 @@ static void bench_dense(enum cw_qtype type, int64_t n_in, int64_t n_out, int64_t
         CK(cw_cuda_time(C, bdense_rep, &b, 20, &ms, &E));
         note("bench dense %s %6lld x %5lld n_tok %4lld %-22s: %8.1f us  %6.1f TFLOP/s",
              cw_qtype_name(type), (long long)n_out, (long long)n_in, (long long)n_tok,
-             f ? "f16 tiles (grouped, +y)" : "f32 dequant + TF32", ms * 1e3,
+             f ? "f16 tiles (grouped, +y)" : "dequant + cuBLAS", ms * 1e3,
              2.0 * n_out * n_in * n_tok / (ms * 1e-3) / 1e12);
     }
     for (int i = 0; i < b.n_copies; i++)
