@@ -152,33 +152,38 @@ static bool gemm_f16(enum cw_qtype t)
     return t != CW_TYPE_F32 && t != CW_TYPE_BF16 && t != CW_TYPE_MXFP4 && t != CW_TYPE_NVFP4;
 }
 
+/* Rows per chunk: a multiple of 256, so that every chunk's output column
+ * (d_y + r0) stays 16-byte aligned and cuBLAS keeps its sm_90 kernels (the
+ * 27B's widths gave 6553, 5461, 1927 rows: align1 cutlass sm_75 fallbacks
+ * at 385 us a chunk on the H200). */
 static int64_t chunk_rows(const struct cw_k_mat *W)
 {
-    int64_t ch = CHUNK_ELEMS / W->n_in;
-    if (ch < 64)
-        ch = 64;
+    int64_t ch = CHUNK_ELEMS / W->n_in / 256 * 256;
+    if (ch < 256)
+        ch = 256;
     return ch < W->n_out ? ch : W->n_out;
 }
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
-/* Scratch: the weight chunk, the scaled-by-σ chunk result (d_scale_logit),
- * and in f16 the converted x, the rows' maxima and alpha/beta. */
+/* Scratch: x's f16 copy, the rows' maxima and alpha/beta first (the same
+ * place for every matrix of one width, so that a call's matrices share
+ * them, whatever their types), then the weight chunk and the scaled-by-σ
+ * chunk result (d_scale_logit). */
 struct gemm_layout {
-    size_t w, tmp, xh, part, ab, total;
+    size_t xh, part, ab, w, tmp, total;
 };
 
 static gemm_layout gemm_lay(const struct cw_k_mat *W, int64_t n_tok)
 {
     const size_t ch = (size_t)chunk_rows(W), n_in = (size_t)W->n_in, nt = (size_t)n_tok;
-    const bool h = gemm_f16(W->type);
     gemm_layout L;
     size_t o = 0;
-    L.w = o, o += align256(ch * n_in * (h ? 2 : 4));
+    L.xh = o, o += align256(nt * n_in * 2);
+    L.part = o, o += align256(nt * 4);
+    L.ab = o, o += 256;
+    L.w = o, o += align256(ch * n_in * (gemm_f16(W->type) ? 2 : 4));
     L.tmp = o, o += align256(ch * nt * 4);
-    L.xh = o, o += h ? align256(nt * n_in * 2) : 0;
-    L.part = o, o += h ? align256(nt * 4) : 0;
-    L.ab = o, o += h ? 256 : 0;
     L.total = o;
     return L;
 }
@@ -274,31 +279,50 @@ static int gemm_chunks(struct cw_cuda *c, const struct cw_k_mat *W, const float 
     return 0;
 }
 
-int cw_k_gemm(struct cw_cuda *c, const struct cw_k_mat *W, const float *d_x, int64_t ldx,
-              int64_t n_tok, float *d_y, int64_t ldy, bool add, const float *d_scale_logit,
-              void *d_scratch, struct cw_err *err)
+int cw_k_gemm(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const float *d_x,
+              int64_t ldx, int64_t n_tok, float *const *d_y, const int64_t *ldy, bool add,
+              const float *d_scale_logit, void *d_scratch, struct cw_err *err)
 {
+    size_t need = 0;
+    bool any_f16 = false;
+    for (int i = 0; i < n; i++) {
+        const size_t b = cw_k_gemm_scratch(W[i], n_tok);
+        need = b > need ? b : need;
+        any_f16 |= gemm_f16(W[i]->type);
+        if (W[i]->n_in != W[0]->n_in)
+            return cw_errf(err, CW_ERR_INVALID, "cuda matmul: matrices of %lld and %lld columns "
+                           "share x", (long long)W[0]->n_in, (long long)W[i]->n_in);
+    }
     if (!d_scratch || (uintptr_t)d_scratch % 256)
         return cw_errf(err, CW_ERR_INVALID,
                        "cuda matmul: %lld tokens need %zu bytes of 256-byte aligned scratch",
-                       (long long)n_tok, cw_k_gemm_scratch(W, n_tok));
-    if (n_tok > INT32_MAX || W->n_in > INT32_MAX)
+                       (long long)n_tok, need);
+    if (n_tok > INT32_MAX || W[0]->n_in > INT32_MAX)
         return cw_errf(err, CW_ERR_INVALID, "cuda matmul: %lld tokens of %lld", (long long)n_tok,
-                       (long long)W->n_in);
-    const gemm_layout L = gemm_lay(W, n_tok);
+                       (long long)W[0]->n_in);
     uint8_t *scr = (uint8_t *)d_scratch;
-    if (!gemm_f16(W->type))
-        return gemm_chunks(c, W, d_x, ldx, n_tok, d_y, ldy, add, d_scale_logit, scr, L, err);
-    const int n = (int)W->n_in;
-    float *part = (float *)(scr + L.part);
-    CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, absmax_kernel, dim3((unsigned)n_tok), dim3(256),
-                               0, d_x, ldx, n, part));
-    CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, xh_kernel, dim3((unsigned)n_tok), dim3(256), 0,
-                               d_x, ldx, n, (const float *)part, (int)n_tok, (__half *)(scr + L.xh),
-                               (float *)(scr + L.ab)));
-    /* alpha and beta live on the device only for these calls */
-    CW_CUBLAS_TRY(err, cublasSetPointerMode(c->cublas, CUBLAS_POINTER_MODE_DEVICE));
-    int rc = gemm_chunks(c, W, d_x, ldx, n_tok, d_y, ldy, add, d_scale_logit, scr, L, err);
-    CW_CUBLAS_TRY(err, cublasSetPointerMode(c->cublas, CUBLAS_POINTER_MODE_HOST));
-    return rc;
+    if (any_f16) { /* x to f16 once for all the f16 matrices */
+        const gemm_layout L = gemm_lay(W[0], n_tok);
+        const int ni = (int)W[0]->n_in;
+        float *part = (float *)(scr + L.part);
+        CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, absmax_kernel, dim3((unsigned)n_tok),
+                                   dim3(256), 0, d_x, ldx, ni, part));
+        CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, xh_kernel, dim3((unsigned)n_tok), dim3(256),
+                                   0, d_x, ldx, ni, (const float *)part, (int)n_tok,
+                                   (__half *)(scr + L.xh), (float *)(scr + L.ab)));
+    }
+    for (int i = 0; i < n; i++) {
+        const gemm_layout L = gemm_lay(W[i], n_tok);
+        const bool h = gemm_f16(W[i]->type);
+        /* alpha and beta live on the device only for the f16 products */
+        if (h)
+            CW_CUBLAS_TRY(err, cublasSetPointerMode(c->cublas, CUBLAS_POINTER_MODE_DEVICE));
+        int rc = gemm_chunks(c, W[i], d_x, ldx, n_tok, d_y[i], ldy[i], add, d_scale_logit, scr,
+                             L, err);
+        if (h)
+            CW_CUBLAS_TRY(err, cublasSetPointerMode(c->cublas, CUBLAS_POINTER_MODE_HOST));
+        if (rc)
+            return -1;
+    }
+    return 0;
 }

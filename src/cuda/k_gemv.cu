@@ -286,11 +286,11 @@ static __device__ __forceinline__ void mv_dot(const uint8_t *const *rows, const 
  * iscale = -127/max, q = rne(iscale*x) by the same 1.5*2^23 trick, capped
  * at 127, d = 1/iscale; an all-zero block gives d = 0, q = 0. */
 template <class T>
-static __device__ __forceinline__ void xq_stage(const float *x, int64_t ldx, int nt, int nb,
-                                                uint8_t *xq)
+static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int nt, int nb,
+                                               uint8_t *xq, int warp, int nw)
 {
     typedef kq_q8k<T> I;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int lane = threadIdx.x & 31;
     const int tb = kq_xq_bytes(nb), n = nt * nb;
     /* XQB items per warp in flight: a long row's x arrives in a few
      * round trips, not one per 256 elements */
@@ -351,6 +351,39 @@ static __device__ __forceinline__ void xq_stage(const float *x, int64_t ldx, int
             ((float *)(q + 288 * nb))[b] = d;
         }
     }
+}
+
+/* xq_rows by the warps of one block: its own copy in shared memory. */
+template <class T>
+static __device__ __forceinline__ void xq_stage(const float *x, int64_t ldx, int nt, int nb,
+                                                uint8_t *xq)
+{
+    xq_rows<T>(x, ldx, nt, nb, xq, threadIdx.x >> 5, blockDim.x >> 5);
+}
+
+/* Wide x quantised once (xq_once): xq_kernel writes nt tokens' Q8_K copies
+ * (xq_rows over the grid's warps: the same bits as any block's own) to
+ * device memory, and each block of the product then copies them into
+ * shared memory (xq_load) instead of quantising x itself: for a 17408-wide
+ * x that is 20 KB read per block instead of 68 KB read and quantised. */
+#define XQ_THREADS 128
+template <class T>
+static __global__ void __launch_bounds__(XQ_THREADS)
+    xq_kernel(const float *x, int64_t ldx, int nt, int nb, uint8_t *xq)
+{
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    constexpr int nw = XQ_THREADS / 32;
+    xq_rows<T>(x, ldx, nt, nb, xq, (int)blockIdx.x * nw + (threadIdx.x >> 5), (int)gridDim.x * nw);
+}
+
+/* bytes (a multiple of 16) of xq_kernel's output into shared memory, through
+ * L2 (the launch before wrote them). */
+static __device__ __forceinline__ void xq_load(const uint8_t *g, int bytes, uint8_t *sm)
+{
+#pragma unroll 4
+    for (int i = threadIdx.x; i < bytes / 16; i += blockDim.x)
+        ((uint4 *)sm)[i] = __ldcg((const uint4 *)g + i);
 }
 
 /* The Q8_K types (kq_q8k): acc[r][t] = the CPU's vec_dot of row r with
@@ -481,6 +514,7 @@ struct mv_args {
     const float *scale_logit; /* this group's, or NULL */
     cw_k_tabs tabs;
     cw_norm_epi epi; /* one segment: its rows of this group normalised after */
+    const uint8_t *xqg; /* Q8K: this group's Q8_K x from xq_kernel, or NULL */
 };
 
 /* Segment of launch row `row` (< a.n_out), and the row's bytes. */
@@ -529,7 +563,10 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a
     static_assert(!Q8K || (SX && kq_q8k<T>::ON), "Q8K stages x");
     const uint8_t *xq[NT];
     if constexpr (Q8K) {
-        xq_stage<T>(a.x, a.ldx, a.nt, a.nb, (uint8_t *)xsm);
+        if (a.xqg)
+            xq_load(a.xqg, a.nt * kq_xq_bytes(a.nb), (uint8_t *)xsm);
+        else
+            xq_stage<T>(a.x, a.ldx, a.nt, a.nb, (uint8_t *)xsm);
         __syncthreads();
 #pragma unroll
         for (int t = 0; t < NT; t++)
@@ -597,6 +634,7 @@ struct moe_args {
     size_t srb;
     const float *slogit;
     cw_norm_epi epi; /* down: the rows of h normalised after */
+    const uint8_t *xqg; /* K = 1 Q8_K gate/up: the tokens' Q8_K x from xq_kernel, or NULL */
 };
 
 /* Slot k's expert bytes for token t: routed e = ids[t*K+k] (an invalid id
@@ -714,7 +752,10 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_q8k_kernel(const m
         row_prefetch<T, true>(g + (size_t)r0 * a.rb, a.nb, lane);
         row_prefetch<T, true>(u + (size_t)r0 * a.rb, a.nb, lane);
     }
-    xq_stage<T>(a.x + (pair / a.K) * (int64_t)a.nb * T::QK, 0, 1, a.nb, xq);
+    if (a.xqg)
+        xq_load(a.xqg + pair * kq_xq_bytes(a.nb), kq_xq_bytes(a.nb), xq);
+    else
+        xq_stage<T>(a.x + (pair / a.K) * (int64_t)a.nb * T::QK, 0, 1, a.nb, xq);
     __syncthreads();
     const uint8_t *xs[1] = {xq};
     uint8_t *stg = smem + warp * (T::DIRECT ? 0 : 2 * stage_of<T>::TILE);
@@ -1025,6 +1066,36 @@ bool q8k_use(int64_t n_out, int nb, int n_sm)
     return false;
 }
 
+/* Whether a Q8_K product whose caller gives scratch quantises x once
+ * (xq_kernel) rather than in every block: from 8 blocks of 256 (n_in >=
+ * 2048), where hundreds of blocks each quantised the same x and then read
+ * only a few rows. H200, same bits (ids and logits hashes): 27B decode
+ * 82.5 -> 99.9 tok/s (its 5120..17408-wide x), 35B 336.1 -> 341.1 (its
+ * 2048-wide qkv and LM head). Narrower x: not measured, left per block. */
+#define XQ_ONCE_NB 8
+static bool xq_once(int nb) { return nb >= XQ_ONCE_NB; }
+
+/* Scratch bytes for xq_once's copies of n_tok tokens (0 where no Q8_K
+ * product of this type and width would quantise once). */
+static size_t xq_scratch(enum cw_qtype type, int64_t n_in, int64_t n_tok)
+{
+    const bool q8k = type == CW_TYPE_Q4_K || type == CW_TYPE_Q5_K || type == CW_TYPE_Q6_K;
+    const int nb = (int)(n_in / 256);
+    if (!q8k || n_in % 256 || !xq_once(nb) || (size_t)kq_xq_bytes(nb) > XS_MAX)
+        return 0;
+    return (size_t)n_tok * (size_t)kq_xq_bytes(nb);
+}
+
+/* Launches xq_kernel: n_tok tokens of x (row stride ldx) into xq. */
+template <class T>
+static cudaError_t xq_launch(cudaStream_t s, bool pdl, const float *x, int64_t ldx, int64_t n_tok,
+                             int nb, uint8_t *xq)
+{
+    const int64_t items = n_tok * nb, per = 4 * (XQ_THREADS / 32); /* xq_rows: 4 per warp */
+    return cw_launch(s, pdl, xq_kernel<T>, dim3((unsigned)((items + per - 1) / per)),
+                     dim3(XQ_THREADS), 0, x, ldx, (int)n_tok, nb, xq);
+}
+
 /* Whether the decode MoE gate/up of K routed experts (S slots with the
  * shared one) multiplies Q8_K x: always for the kq_q8k types (their decode
  * is issue-bound on the f32 path: the 35B's gate_up at ~70% of issue
@@ -1089,6 +1160,7 @@ struct gemv_launch {
     float *y0[MV_SEGS], *epi_y0;
     int n_sm;
     bool q8k; /* x quantised to Q8_K (cw_k_q8k of every matrix of the launch) */
+    uint8_t *xq_scr; /* scratch for xq_once, or NULL */
     cudaError_t e;
     template <class T, int RR, int NT, bool SX, bool Q8K = false>
     void one(size_t xl)
@@ -1113,10 +1185,12 @@ struct gemv_launch {
         int ntg = NT_MAX;
         while (ntg > 1 && ql * ntg > XS_MAX)
             ntg /= 2;
-        e = cudaSuccess;
+        const bool once = xq_scr && xq_once(a.nb);
+        e = once ? xq_launch<T>(s, pdl, x0, a.ldx, n_tok, a.nb, xq_scr) : cudaSuccess;
         for (int64_t t0 = 0; t0 < n_tok && e == cudaSuccess; t0 += ntg) {
             a.nt = (int)(n_tok - t0 < ntg ? n_tok - t0 : ntg);
             a.x = x0 + t0 * a.ldx;
+            a.xqg = once ? xq_scr + t0 * ql : NULL;
             for (int i = 0; i < a.nseg; i++)
                 a.seg[i].y = y0[i] + t0 * a.seg[i].ldy;
             if (a.epi.w)
@@ -1194,6 +1268,7 @@ struct moe_launch {
     int64_t n_tok;
     int n_sm;
     size_t smem_optin;
+    uint8_t *xq_scr; /* scratch for xq_once (the K = 1 Q8_K gate/up), or NULL */
     cudaError_t e;
     template <class T>
     int go()
@@ -1222,8 +1297,14 @@ struct moe_launch {
         } else if (a.K == 1 && a.S == 1 && q8k_use<T>(a.n_out, a.nb, n_sm)) {
             dim3 grid((unsigned)((a.n_out + MW - 1) / MW), (unsigned)n_tok);
             size_t smem = wstage_bytes<T, 2, MW>() + (size_t)kq_xq_bytes(a.nb);
-            if constexpr (kq_q8k<T>::ON)
-                e = launch_k(moe_gate_up_q8k_kernel<T>, grid, 1, MW * 32, smem, s, pdl, a, n_sm);
+            if constexpr (kq_q8k<T>::ON) {
+                const bool once = xq_scr && xq_once(a.nb);
+                e = once ? xq_launch<T>(s, pdl, a.x, n_in, n_tok, a.nb, xq_scr) : cudaSuccess;
+                a.xqg = once ? xq_scr : NULL;
+                if (e == cudaSuccess)
+                    e = launch_k(moe_gate_up_q8k_kernel<T>, grid, 1, MW * 32, smem, s, pdl, a,
+                                 n_sm);
+            }
         } else {
             dim3 grid((unsigned)((a.n_out + MW - 1) / MW), (unsigned)(n_tok * a.S));
             size_t ws = wstage_bytes<T, 2, MW>();
@@ -1283,7 +1364,8 @@ extern "C" bool cw_k_moe_q8k(const struct cw_cuda *c, enum cw_qtype type, int64_
 
 extern "C" size_t cw_k_matmul_scratch(const struct cw_k_mat *W, int64_t n_tok)
 {
-    return n_tok > CW_K_GEMV_MAX_TOK ? cw_k_gemm_scratch(W, n_tok) : 0;
+    return n_tok > CW_K_GEMV_MAX_TOK ? cw_k_gemm_scratch(W, n_tok)
+                                     : xq_scratch(W->type, W->n_in, n_tok);
 }
 
 static cw_norm_epi epi_of(const struct cw_k_norm_next *nrm, int64_t n)
@@ -1295,10 +1377,11 @@ static cw_norm_epi epi_of(const struct cw_k_norm_next *nrm, int64_t n)
 }
 
 /* The GEMV launches (n_tok <= CW_K_GEMV_MAX_TOK) of n checked matrices of
- * one type and width that share x. */
+ * one type and width that share x; d_scratch (or NULL) as cw_k_matmul's. */
 static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const float *d_x,
                 int64_t ldx, int64_t n_tok, float *const *d_y, const int64_t *ldy, bool add,
-                const float *d_scale_logit, const struct cw_k_norm_next *nrm, struct cw_err *err)
+                const float *d_scale_logit, const struct cw_k_norm_next *nrm, void *d_scratch,
+                struct cw_err *err)
 {
     gemv_launch f;
     f.s = c->stream;
@@ -1323,6 +1406,8 @@ static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const
     f.n_sm = c->info.n_sm > 0 ? c->info.n_sm : 1;
     f.smem_optin = c->info.smem_optin;
     f.q8k = cw_k_q8k(c, W[0]->type, W[0]->n_in, W[0]->n_out);
+    f.a.xqg = NULL;
+    f.xq_scr = (uint8_t *)d_scratch;
     f.e = cudaSuccess;
     cw_k_dispatch(W[0]->type, f);
     CW_CUDA_TRY(err, f.e);
@@ -1348,12 +1433,12 @@ extern "C" int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const fl
 {
     if (check_matmul(W, d_x, ldx, n_tok, ldy, "matmul", err))
         return -1;
-    if (n_tok > CW_K_GEMV_MAX_TOK)
-        return cw_k_gemm(c, W, d_x, ldx, n_tok, d_y, ldy, add, d_scale_logit, d_scratch, err);
     const struct cw_k_mat *Ws[1] = {W};
     float *ys[1] = {d_y};
     const int64_t ldys[1] = {ldy};
-    return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, add, d_scale_logit, NULL, err);
+    if (n_tok > CW_K_GEMV_MAX_TOK)
+        return cw_k_gemm(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, add, d_scale_logit, d_scratch, err);
+    return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, add, d_scale_logit, NULL, d_scratch, err);
 }
 
 extern "C" int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W,
@@ -1376,7 +1461,7 @@ extern "C" int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W,
     const struct cw_k_mat *Ws[1] = {W};
     float *ys[1] = {d_y};
     const int64_t ldys[1] = {ldy};
-    return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, true, d_scale_logit, nrm, err);
+    return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, true, d_scale_logit, nrm, d_scratch, err);
 }
 
 extern "C" int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
@@ -1386,48 +1471,47 @@ extern "C" int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat
     if (n < 1 || n > CW_K_MULTI_MAX)
         return cw_errf(err, CW_ERR_INVALID, "cuda matmul_multi: %d matrices (1..%d)", n,
                        CW_K_MULTI_MAX);
-    if (n_tok > CW_K_GEMV_MAX_TOK) {
-        for (int i = 0; i < n; i++)
-            if (cw_k_matmul(c, W[i], d_x, ldx, n_tok, d_y[i], ldy[i], false, NULL, d_scratch, err))
-                return -1;
-        return 0;
-    }
     for (int i = 0; i < n; i++)
         if (check_matmul(W[i], d_x, ldx, n_tok, ldy[i], "matmul_multi", err))
             return cw_err_prefix(err, "matrix %d", i);
-    /* one launch per (type, width), in the order of each group's first matrix */
+    /* decode: one launch per (type, width, Q8_K decision); prefill: one
+     * conversion of x per width. In the order of each group's first matrix. */
+    const bool gemm = n_tok > CW_K_GEMV_MAX_TOK;
     bool done[CW_K_MULTI_MAX] = {false};
     for (int i = 0; i < n; i++) {
         if (done[i])
             continue;
-        const struct cw_k_mat *gw[MV_SEGS];
-        float *gy[MV_SEGS];
-        int64_t gl[MV_SEGS];
+        const struct cw_k_mat *gw[CW_K_MULTI_MAX];
+        float *gy[CW_K_MULTI_MAX];
+        int64_t gl[CW_K_MULTI_MAX];
         int m = 0;
-        for (int j = i; j < n && m < MV_SEGS; j++)
-            if (!done[j] && W[j]->type == W[i]->type && W[j]->n_in == W[i]->n_in &&
-                cw_k_q8k(c, W[j]->type, W[j]->n_in, W[j]->n_out) ==
-                    cw_k_q8k(c, W[i]->type, W[i]->n_in, W[i]->n_out)) {
+        for (int j = i; j < n && m < (gemm ? CW_K_MULTI_MAX : MV_SEGS); j++)
+            if (!done[j] && W[j]->n_in == W[i]->n_in &&
+                (gemm || (W[j]->type == W[i]->type &&
+                          cw_k_q8k(c, W[j]->type, W[j]->n_in, W[j]->n_out) ==
+                              cw_k_q8k(c, W[i]->type, W[i]->n_in, W[i]->n_out)))) {
                 done[j] = true;
                 gw[m] = W[j], gy[m] = d_y[j], gl[m] = ldy[j];
                 m++;
             }
-        if (gemv(c, m, gw, d_x, ldx, n_tok, gy, gl, false, NULL, NULL, err))
+        if (gemm ? cw_k_gemm(c, m, gw, d_x, ldx, n_tok, gy, gl, false, NULL, d_scratch, err)
+                 : gemv(c, m, gw, d_x, ldx, n_tok, gy, gl, false, NULL, NULL, d_scratch, err))
             return -1;
     }
     return 0;
 }
 
-/* Decode (n_tok <= CW_K_GEMV_MAX_TOK) needs no scratch: each launch reads
- * the selected experts' rows per (token, slot) pair. Prefill groups the
+/* Decode (n_tok <= CW_K_GEMV_MAX_TOK) needs no scratch (each launch reads
+ * the selected experts' rows per (token, slot) pair), except where the
+ * K = 1 gate/up quantises a wide x once (xq_scratch). Prefill groups the
  * pairs by expert (k_moe_gemm.cu) and needs the sort, the f16 activations
  * and the per-pair outputs: cw_k_moe_gemm_scratch. */
 extern "C" size_t cw_k_moe_scratch(const struct cw_k_mat *G, int X, int K, int64_t n_tok)
 {
     if (n_tok > CW_K_GEMV_MAX_TOK)
         return cw_k_moe_gemm_scratch(G->n_in, G->n_out, K, n_tok);
-    (void)G, (void)X, (void)K, (void)n_tok;
-    return 0;
+    (void)X;
+    return K == 1 ? xq_scratch(G->type, G->n_in, n_tok) : 0;
 }
 
 static int check_moe(const struct cw_k_mat *M, int K, int64_t n_tok, const char *what,
@@ -1445,7 +1529,7 @@ static int check_moe(const struct cw_k_mat *M, int K, int64_t n_tok, const char 
 static int moe_gate_up_run(struct cw_cuda *c, const struct cw_k_mat *G, const struct cw_k_mat *U,
                            const struct cw_k_mat *SG, const struct cw_k_mat *SU, const float *d_x,
                            const int32_t *d_ids, int K, int64_t n_tok, float *d_act,
-                           struct cw_err *err)
+                           void *d_scratch, struct cw_err *err)
 {
     if (check_moe(G, K, n_tok, "moe_gate_up", err) || check_moe(U, K, n_tok, "moe_gate_up", err) ||
         check_x(d_x, G->n_in, "moe_gate_up", err))
@@ -1466,11 +1550,12 @@ static int moe_gate_up_run(struct cw_cuda *c, const struct cw_k_mat *G, const st
                    G->expert_bytes, G->n_out, (int)(G->n_in / cw_k_block_elems(G->type)), d_x,
                    d_ids, NULL, K, d_act, cw_k_tables(), S,
                    SG ? (const uint8_t *)SG->d_w : NULL, SU ? (const uint8_t *)SU->d_w : NULL,
-                   SG ? SG->row_bytes : 0, NULL, epi_of(NULL, 0)};
+                   SG ? SG->row_bytes : 0, NULL, epi_of(NULL, 0), NULL};
     f.down = false;
     f.n_tok = n_tok;
     f.n_sm = c->info.n_sm > 0 ? c->info.n_sm : 1;
     f.smem_optin = c->info.smem_optin;
+    f.xq_scr = (uint8_t *)d_scratch;
     f.e = cudaSuccess;
     cw_k_dispatch(G->type, f);
     CW_CUDA_TRY(err, f.e);
@@ -1490,11 +1575,12 @@ static int moe_down_run(struct cw_cuda *c, const struct cw_k_mat *D, const struc
     f.a = moe_args{(const uint8_t *)D->d_w, NULL, D->row_bytes, D->expert_bytes, D->n_out,
                    (int)(D->n_in / cw_k_block_elems(D->type)), d_act, d_ids, d_wts, K, d_h,
                    cw_k_tables(), SD ? K + 1 : K, SD ? (const uint8_t *)SD->d_w : NULL, NULL,
-                   SD ? SD->row_bytes : 0, d_slogit, epi_of(nrm, D->n_out)};
+                   SD ? SD->row_bytes : 0, d_slogit, epi_of(nrm, D->n_out), NULL};
     f.down = true;
     f.n_tok = n_tok;
     f.n_sm = c->info.n_sm;
     f.smem_optin = c->info.smem_optin;
+    f.xq_scr = NULL;
     f.e = cudaSuccess;
     cw_k_dispatch(D->type, f);
     CW_CUDA_TRY(err, f.e);
@@ -1508,7 +1594,7 @@ extern "C" int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G,
 {
     if (n_tok > CW_K_GEMV_MAX_TOK)
         return cw_k_moe_gemm_gate_up(c, G, U, d_x, d_ids, K, n_tok, d_act, d_scratch, err);
-    return moe_gate_up_run(c, G, U, NULL, NULL, d_x, d_ids, K, n_tok, d_act, err);
+    return moe_gate_up_run(c, G, U, NULL, NULL, d_x, d_ids, K, n_tok, d_act, d_scratch, err);
 }
 
 extern "C" int cw_k_moe_down(struct cw_cuda *c, const struct cw_k_mat *D, const float *d_act,
@@ -1550,7 +1636,7 @@ extern "C" int cw_k_moe_gate_up_sh(struct cw_cuda *c, const struct cw_k_mat *G,
         return shared_unfit("moe_gate_up_sh", G, SG, K, n_tok, err);
     if (cw_k_check_mat(SG, "moe_gate_up_sh", err) || cw_k_check_mat(SU, "moe_gate_up_sh", err))
         return -1;
-    return moe_gate_up_run(c, G, U, SG, SU, d_x, d_ids, K, n_tok, d_act, err);
+    return moe_gate_up_run(c, G, U, SG, SU, d_x, d_ids, K, n_tok, d_act, NULL, err);
 }
 
 extern "C" int cw_k_moe_down_sh(struct cw_cuda *c, const struct cw_k_mat *D,

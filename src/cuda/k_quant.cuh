@@ -724,11 +724,14 @@ int cw_k_block_elems(enum cw_qtype type);
 struct cw_k_tabs cw_k_tables(void);
 /* Checks W's type, n_in, row/expert strides and pointer alignment. */
 int cw_k_check_mat(const struct cw_k_mat *W, const char *what, struct cw_err *err);
-/* The prefill product (k_gemm.cu): dequantised row chunks times x through
- * cuBLAS's tensor cores (f16, or TF32 for the types f16 cannot hold). */
-int cw_k_gemm(struct cw_cuda *c, const struct cw_k_mat *W, const float *d_x, int64_t ldx,
-              int64_t n_tok, float *d_y, int64_t ldy, bool add, const float *d_scale_logit,
-              void *d_scratch, struct cw_err *err);
+/* The prefill products (k_gemm.cu): dequantised row chunks times x through
+ * cuBLAS's tensor cores (f16, or TF32 for the types f16 cannot hold), for
+ * n matrices of one width that read the same x (converted once). */
+int cw_k_gemm(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const float *d_x,
+              int64_t ldx, int64_t n_tok, float *const *d_y, const int64_t *ldy, bool add,
+              const float *d_scale_logit, void *d_scratch, struct cw_err *err);
+/* Bytes of scratch for one matrix; n matrices of one width need the most
+ * of theirs. */
 size_t cw_k_gemm_scratch(const struct cw_k_mat *W, int64_t n_tok);
 
 #endif

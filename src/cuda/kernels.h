@@ -82,8 +82,9 @@ int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W, const floa
 /* n (1..CW_K_MULTI_MAX) products of one x: y_i[t][r] = Σ_j W_i[r][j]·x[t][j],
  * y_i [n_tok][ldy[i]]. In the GEMV regime (decode, drafts) the matrices of
  * one type and width that take the same x (cw_k_q8k) share a launch (up to
- * 4 per launch); above it, one
- * cw_k_matmul each. Each result has the bits cw_k_matmul would give it. */
+ * 4 per launch); above it, x is converted for the tensor cores once per
+ * width and each matrix multiplied in turn. Each result has the bits
+ * cw_k_matmul would give it. */
 #define CW_K_MULTI_MAX 8
 int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
                       const float *d_x, int64_t ldx, int64_t n_tok, float *const *d_y,
@@ -104,7 +105,10 @@ bool cw_k_moe_q8k(const struct cw_cuda *c, enum cw_qtype type, int64_t n_in, int
                   int K);
 
 /* Bytes of d_scratch cw_k_matmul needs for n_tok tokens of W (0 if none);
- * the caller allocates the max over its matrices once. */
+ * the caller allocates the max over its matrices once. Above the GEMV
+ * regime the scratch is required; within it, it is optional: given, a
+ * wide Q8_K product quantises x once for all its blocks instead of in each
+ * (the same bits either way). */
 size_t cw_k_matmul_scratch(const struct cw_k_mat *W, int64_t n_tok);
 
 /* Routed experts, gate and up fused with SwiGLU:

@@ -249,8 +249,9 @@ static void check_invariance(const struct hmat *m, const void *d_w)
 }
 
 /* cw_k_matmul_multi: matrices of mixed types and odd row counts (grouped
- * into one launch per type) give each output the bits of its own
- * cw_k_matmul, and write nothing outside y_i's n_out columns of each row. */
+ * into one launch per type; above 32 tokens sharing one f16 copy of x)
+ * give each output the bits of its own cw_k_matmul, and write nothing
+ * outside y_i's n_out columns of each row. */
 static void check_multi(void)
 {
     /* the 2200-row q4_K and the 3- and 33-row ones take the Q8_K path on a
@@ -273,25 +274,33 @@ static void check_multi(void)
         Wp[i] = &W[i];
         ldy[i] = rows[i] + 3; /* a gap after each row's outputs, which must stay NaN */
     }
-    static const int ntoks[] = {1, 2, 3, 8, 32};
-    float *x = malloc(sizeof(float) * IN * 32), *a = malloc(sizeof(float) * LD * 32),
-          *b = malloc(sizeof(float) * LD * 32), *nan = malloc(sizeof(float) * LD * 32);
-    fill_nan(nan, LD * 32);
-    float *dx = dalloc(sizeof(float) * IN * 32);
+    /* 40 tokens: the GEMM regime, x converted once for the f16 matrices
+     * (the f32 one in TF32 between them) */
+    enum { MT = 40 };
+    static const int ntoks[] = {1, 2, 3, 8, 32, MT};
+    float *x = malloc(sizeof(float) * IN * MT), *a = malloc(sizeof(float) * LD * MT),
+          *b = malloc(sizeof(float) * LD * MT), *nan = malloc(sizeof(float) * LD * MT);
+    fill_nan(nan, LD * MT);
+    float *dx = dalloc(sizeof(float) * IN * MT);
     for (int i = 0; i < N; i++)
-        dy[i] = dalloc(sizeof(float) * LD * 32);
-    float *dref = dalloc(sizeof(float) * LD * 32);
+        dy[i] = dalloc(sizeof(float) * LD * MT);
+    float *dref = dalloc(sizeof(float) * LD * MT);
+    size_t ns = 0;
+    for (int i = 0; i < N; i++)
+        if (cw_k_matmul_scratch(&W[i], MT) > ns)
+            ns = cw_k_matmul_scratch(&W[i], MT);
+    void *scr = dalloc(ns);
     int same = 1, gaps = 1;
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < 6; k++) {
         const int nt = ntoks[k];
         fill_x(x, IN * nt);
         up(dx, x, sizeof(float) * IN * nt);
         for (int i = 0; i < N; i++)
-            up(dy[i], nan, sizeof(float) * LD * 32);
-        CK(cw_k_matmul_multi(C, N, Wp, dx, IN, nt, dy, ldy, NULL, &E));
+            up(dy[i], nan, sizeof(float) * LD * MT);
+        CK(cw_k_matmul_multi(C, N, Wp, dx, IN, nt, dy, ldy, scr, &E));
         for (int i = 0; i < N; i++) {
-            up(dref, nan, sizeof(float) * LD * 32);
-            CK(cw_k_matmul(C, &W[i], dx, IN, nt, dref, ldy[i], false, NULL, NULL, &E));
+            up(dref, nan, sizeof(float) * LD * MT);
+            CK(cw_k_matmul(C, &W[i], dx, IN, nt, dref, ldy[i], false, NULL, scr, &E));
             down(a, dy[i], sizeof(float) * ldy[i] * nt);
             down(b, dref, sizeof(float) * ldy[i] * nt);
             for (int t = 0; t < nt; t++) {
@@ -301,7 +310,7 @@ static void check_multi(void)
             }
         }
     }
-    ok(same, "matmul_multi (q6_K, 4 q4_K one of them long, f32; 1..32 tokens): every output bit-equal to its own matmul");
+    ok(same, "matmul_multi (q6_K, 4 q4_K one of them long, f32; 1..32 and 40 tokens): every output bit-equal to its own matmul");
     ok(gaps, "matmul_multi writes nothing past each matrix's rows");
     const struct cw_k_mat *nine[9] = {&W[0], &W[0], &W[0], &W[0], &W[0], &W[0], &W[0], &W[0], &W[0]};
     ok(cw_k_matmul_multi(C, 9, nine, dx, IN, 1, dy, ldy, NULL, &E) == -1 &&
@@ -311,7 +320,7 @@ static void check_multi(void)
         cw_cuda_free(C, (void *)W[i].d_w), cw_cuda_free(C, dy[i]);
         hmat_free(&m[i]);
     }
-    cw_cuda_free(C, dx), cw_cuda_free(C, dref);
+    cw_cuda_free(C, dx), cw_cuda_free(C, dref), cw_cuda_free(C, scr);
     free(x), free(a), free(b), free(nan);
 }
 
@@ -409,6 +418,75 @@ static void check_q8k_edges(enum cw_qtype type)
     hmat_free(&m);
 }
 
+/* x quantised once for all blocks (a wide Q8_K product given scratch:
+ * xq_kernel) against each block quantising its own (no scratch): bit-equal,
+ * for 1, 3 and 9 tokens (token groups of 8) of a matmul and of the K = 1
+ * gate/up (the dense FFN's), and equal to the CPU's vec_dot. */
+static void check_xq_once(enum cw_qtype type)
+{
+    const int64_t n_in = 5120, n_out = 2400;
+    if (!cw_k_q8k(C, type, n_in, n_out)) {
+        skip("%s %lld rows: not the Q8_K path on this GPU (too many SMs)", cw_qtype_name(type),
+             (long long)n_out);
+        return;
+    }
+    enum { NT = 9 };
+    struct hmat m, u;
+    hmat_make(&m, type, n_in, n_out);
+    hmat_make(&u, type, n_in, n_out);
+    void *dw = dalloc(m.rb * n_out), *du = dalloc(u.rb * n_out);
+    up(dw, m.q, m.rb * n_out);
+    up(du, u.q, u.rb * n_out);
+    struct cw_k_mat W = {type, dw, m.rb, 0, n_in, n_out}, U = {type, du, u.rb, 0, n_in, n_out};
+    const size_t ns = cw_k_matmul_scratch(&W, NT);
+    float *x = malloc(sizeof(float) * n_in * NT), *a = malloc(sizeof(float) * n_out * NT),
+          *b = malloc(sizeof(float) * n_out * NT);
+    fill_x(x, n_in * NT);
+    float *dx = dalloc(sizeof(float) * n_in * NT), *dy = dalloc(sizeof(float) * n_out * NT);
+    int32_t zero[NT] = {0};
+    int32_t *dz = dalloc(sizeof zero);
+    up(dz, zero, sizeof zero);
+    void *scr = ns ? dalloc(ns) : NULL;
+    up(dx, x, sizeof(float) * n_in * NT);
+    int same = 1, cpu = 1;
+    static const int nts[] = {1, 3, NT};
+    for (int k = 0; k < 3; k++) {
+        const int nt = nts[k];
+        for (int g = 0; g < 2; g++) { /* the matmul, then the K = 1 gate/up */
+            if (g == 0)
+                CK(cw_k_matmul(C, &W, dx, n_in, nt, dy, n_out, false, NULL, NULL, &E));
+            else
+                CK(cw_k_moe_gate_up(C, &W, &U, dx, dz, 1, nt, dy, NULL, &E));
+            down(a, dy, sizeof(float) * n_out * nt);
+            if (g == 0)
+                CK(cw_k_matmul(C, &W, dx, n_in, nt, dy, n_out, false, NULL, scr, &E));
+            else
+                CK(cw_k_moe_gate_up(C, &W, &U, dx, dz, 1, nt, dy, scr, &E));
+            down(b, dy, sizeof(float) * n_out * nt);
+            same &= !memcmp(a, b, sizeof(float) * n_out * nt);
+        }
+    }
+    /* the matmul at 9 tokens (b holds the gate/up now: redo it) against the CPU */
+    CK(cw_k_matmul(C, &W, dx, n_in, NT, dy, n_out, false, NULL, scr, &E));
+    down(b, dy, sizeof(float) * n_out * NT);
+    void *xq = malloc(cw_cpu_act_bytes(type, n_in));
+    for (int t = 0; t < NT; t++) {
+        cw_cpu_quantize_act(type, x + t * n_in, xq, n_in);
+        for (int64_t r = 0; r < n_out; r++) {
+            float c = cw_cpu_vec_dot(type, n_in, m.q + r * m.rb, xq);
+            cpu &= !memcmp(&c, &b[t * n_out + r], 4);
+        }
+    }
+    ok(ns > 0 && same && cpu,
+       "%s %lldx%lld: x quantised once (%zu bytes of scratch) = per block, for the matmul and "
+       "the K = 1 gate/up at 1, 3, 9 tokens; = the CPU's vec_dot", cw_qtype_name(type),
+       (long long)n_out, (long long)n_in, ns);
+    free(xq), free(x), free(a), free(b);
+    cw_cuda_free(C, dw), cw_cuda_free(C, du), cw_cuda_free(C, dx), cw_cuda_free(C, dy);
+    cw_cuda_free(C, dz), cw_cuda_free(C, scr);
+    hmat_free(&m), hmat_free(&u);
+}
+
 static void test_type(enum cw_qtype type)
 {
     const struct cw_qtype_traits *tr = cw_qtype_traits(type);
@@ -451,6 +529,7 @@ static void test_type(enum cw_qtype type)
            "%s: Q8_K x for 17408 x 5120 and 32 x 2048; f32 x for 512 x 2048 and past XS_MAX",
            cw_qtype_name(type));
         check_q8k_edges(type);
+        check_xq_once(type);
     }
 }
 
