@@ -285,6 +285,9 @@ static __device__ __forceinline__ void mv_dot(const uint8_t *const *rows, const 
  * for operation: the signed largest element (first of the largest |x|),
  * iscale = -127/max, q = rne(iscale*x) by the same 1.5*2^23 trick, capped
  * at 127, d = 1/iscale; an all-zero block gives d = 0, q = 0. */
+/* XQB items per warp in flight: a long row's x arrives in a few round
+ * trips, not one per 256 elements */
+#define XQB 4
 template <class T>
 static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int nt, int nb,
                                                uint8_t *xq, int warp, int nw)
@@ -292,9 +295,6 @@ static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int 
     typedef kq_q8k<T> I;
     const int lane = threadIdx.x & 31;
     const int tb = kq_xq_bytes(nb), n = nt * nb;
-    /* XQB items per warp in flight: a long row's x arrives in a few
-     * round trips, not one per 256 elements */
-    enum { XQB = 4 };
     for (int i0 = warp; i0 < n; i0 += XQB * nw) {
         float4 ld[XQB][2];
 #pragma unroll
@@ -1091,7 +1091,7 @@ template <class T>
 static cudaError_t xq_launch(cudaStream_t s, bool pdl, const float *x, int64_t ldx, int64_t n_tok,
                              int nb, uint8_t *xq)
 {
-    const int64_t items = n_tok * nb, per = 4 * (XQ_THREADS / 32); /* xq_rows: 4 per warp */
+    const int64_t items = n_tok * nb, per = XQB * (XQ_THREADS / 32);
     return cw_launch(s, pdl, xq_kernel<T>, dim3((unsigned)((items + per - 1) / per)),
                      dim3(XQ_THREADS), 0, x, ldx, (int)n_tok, nb, xq);
 }
