@@ -1077,13 +1077,28 @@ static bool xq_once(int nb) { return nb >= XQ_ONCE_NB; }
 
 /* Scratch bytes for xq_once's copies of n_tok tokens (0 where no Q8_K
  * product of this type and width would quantise once). */
+namespace {
+struct xq_query {
+    int64_t n_in;
+    size_t per_tok;
+    template <class T>
+    int go()
+    {
+        if constexpr (kq_q8k<T>::ON) {
+            const int nb = (int)(n_in / T::QK);
+            if (n_in % T::QK == 0 && xq_once(nb) && (size_t)kq_xq_bytes(nb) <= XS_MAX)
+                per_tok = (size_t)kq_xq_bytes(nb);
+        }
+        return 0;
+    }
+};
+} // namespace
+
 static size_t xq_scratch(enum cw_qtype type, int64_t n_in, int64_t n_tok)
 {
-    const bool q8k = type == CW_TYPE_Q4_K || type == CW_TYPE_Q5_K || type == CW_TYPE_Q6_K;
-    const int nb = (int)(n_in / 256);
-    if (!q8k || n_in % 256 || !xq_once(nb) || (size_t)kq_xq_bytes(nb) > XS_MAX)
-        return 0;
-    return (size_t)n_tok * (size_t)kq_xq_bytes(nb);
+    xq_query q = {n_in, 0};
+    cw_k_dispatch(type, q);
+    return (size_t)n_tok * q.per_tok;
 }
 
 /* Launches xq_kernel: n_tok tokens of x (row stride ldx) into xq. */
