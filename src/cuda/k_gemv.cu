@@ -1075,8 +1075,8 @@ bool q8k_use(int64_t n_out, int nb, int n_sm)
 #define XQ_ONCE_NB 8
 static bool xq_once(int nb) { return nb >= XQ_ONCE_NB; }
 
-/* Scratch bytes for xq_once's copies of n_tok tokens (0 where no Q8_K
- * product of this type and width would quantise once). */
+/* cw_k_dispatch functor: the bytes per token of xq_once's copy for this
+ * type and width (0 where it would not quantise once). */
 namespace {
 struct xq_query {
     int64_t n_in;
@@ -1094,6 +1094,8 @@ struct xq_query {
 };
 } // namespace
 
+/* Scratch bytes for xq_once's copies of n_tok tokens (0 where no Q8_K
+ * product of this type and width would quantise once). */
 static size_t xq_scratch(enum cw_qtype type, int64_t n_in, int64_t n_tok)
 {
     xq_query q = {n_in, 0};
