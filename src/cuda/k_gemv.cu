@@ -835,12 +835,13 @@ struct down16 {
 };
 
 /* The bytes of (slot k, row row0 + r) for token t; an invalid id reads
- * expert 0, discarded. */
+ * expert 0, discarded. The id is read through L2 (__ldcg): the kernel asks
+ * for these bytes before its wait (moe_down16_kernel). */
 static __device__ __forceinline__ const uint8_t *down16_slice(const moe_args &a, int64_t t,
                                                               int64_t row0, int k, int r)
 {
-    return moe_base(a, a.g, a.sg, t, k) +
-           (size_t)min(row0 + r, a.n_out - 1) * (k == a.K ? a.srb : a.rb);
+    const uint8_t *b = k == a.K ? a.sg : a.g + (size_t)max(__ldcg(a.ids + t * a.K + k), 0) * a.eb;
+    return b + (size_t)min(row0 + r, a.n_out - 1) * (k == a.K ? a.srb : a.rb);
 }
 
 /* moe_down16_kernel's arithmetic for a live warp: the dots of its RW rows
@@ -925,8 +926,6 @@ static __device__ __forceinline__ void down16_dots(const moe_args &a, int64_t t,
 template <class T, int DKM, int RW, int NW>
 static __global__ void __launch_bounds__(NW * 32) moe_down16_kernel(const moe_args a)
 {
-    cw_pdl_wait();
-    cw_pdl_launch_dependents();
     typedef down16<T> D;
     extern __shared__ __align__(16) uint8_t smem[];
     const int S = a.S;
@@ -936,7 +935,10 @@ static __global__ void __launch_bounds__(NW * 32) moe_down16_kernel(const moe_ar
     float *xsm = (float *)(smem + (T::DIRECT ? 0 : NW * RW * DKM * D::TILE));
     const bool live = row0 < a.n_out;
     auto slice = [&](int k, int r) { return down16_slice(a, t, row0, k, r); };
-    /* the weights' loads go out first, then the activations are staged */
+    /* The experts' rows are asked for before the wait: ids come from the
+     * route, two launches back (route, gate/up, this), which had completed
+     * before the gate/up let this kernel start (cuda_common.cuh); the
+     * activations, the gate/up's, are staged after it. */
     if (T::DIRECT && live)
 #pragma unroll
         for (int i = 0; i < RW * DKM; i++)
@@ -956,6 +958,8 @@ static __global__ void __launch_bounds__(NW * 32) moe_down16_kernel(const moe_ar
                     v[i][q] = __ldg((const uint4 *)a0 + lane + 32 * q);
         }
     }
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     x_stage<T>(a.x + t * S * (int64_t)512, 512, S, 512, xsm);
     if (!T::DIRECT && live) {
         /* then into this warp's stage */

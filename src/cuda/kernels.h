@@ -121,7 +121,11 @@ int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G, const struct c
 
 /* Routed experts' down projection, weighted sum and residual add:
  *   h[t][r] += Σ_k d_wts[t*K+k] · (D_{ids[t*K+k]}[r] · act[t*K+k])
- * with the sum over k in order k = 0..K-1. h [n_tok][D->n_out]. */
+ * with the sum over k in order k = 0..K-1. h [n_tok][D->n_out].
+ * With programmatic dependent launch the decode kernel reads d_ids before
+ * it waits for the launch before it (to ask for the experts' rows early):
+ * d_ids must come from an earlier launch than that one, as in the
+ * forward's route, gate/up, down (also for cw_k_moe_down_sh). */
 int cw_k_moe_down(struct cw_cuda *c, const struct cw_k_mat *D, const float *d_act,
                   const int32_t *d_ids, const float *d_wts, int K, int64_t n_tok, float *d_h,
                   void *d_scratch, struct cw_err *err);
