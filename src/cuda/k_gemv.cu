@@ -612,7 +612,7 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a
                     *yp = a.add ? __fadd_rn(*yp, v) : v;
                 }
     }
-    cw_norm_epilogue<WARPS * 32>(a.epi, a.seg[0].y, a.seg[0].ldy, a.nt);
+    cw_norm_epilogue<WARPS * 32>(a.epi, a.seg[0].y, a.seg[0].ldy, a.nt, smem);
 }
 
 struct moe_args {
@@ -815,7 +815,7 @@ static __global__ void __launch_bounds__(WARPS * 32) moe_down_kernel(const moe_a
             float *hp = a.y + t * a.n_out + row0 + r;
             *hp = __fadd_rn(*hp, s[r]);
         }
-    cw_norm_epilogue<WARPS * 32>(a.epi, a.y, a.n_out, (int)gridDim.y);
+    cw_norm_epilogue<WARPS * 32>(a.epi, a.y, a.n_out, (int)gridDim.y, smem);
 }
 
 /* Down projection for 16-unit rows (n_in = 512, the model's expert width),
@@ -973,7 +973,7 @@ static __global__ void __launch_bounds__(NW * 32) moe_down16_kernel(const moe_ar
     __syncthreads();
     if (live)
         down16_dots<T, DKM, RW>(a, t, row0, lane, stg, xsm);
-    cw_norm_epilogue<NW * 32>(a.epi, a.y, a.n_out, (int)gridDim.y);
+    cw_norm_epilogue<NW * 32>(a.epi, a.y, a.n_out, (int)gridDim.y, smem);
 }
 
 /* ---- host side ----------------------------------------------------------- */
@@ -1187,6 +1187,7 @@ struct gemv_launch {
     void one(size_t xl)
     {
         size_t smem = wstage_bytes<T, RR, WARPS>() + (SX ? xl * a.nt : 0);
+        smem = smem > cw_norm_epi_smem(a.epi) ? smem : cw_norm_epi_smem(a.epi);
         unsigned grp = (unsigned)((a.n_out + WARPS * RR - 1) / (WARPS * RR));
         e = launch_k(gemv_kernel<T, RR, NT, SX, Q8K>, dim3(grp), SX, WARPS * 32, smem, s, pdl, a,
                      n_sm);
@@ -1305,6 +1306,7 @@ struct moe_launch {
             /* 8 slots (top-8) or 10 (top-8 + shared; top-9, 10) */
             const int dkm = a.S <= 8 ? 8 : DK_MAX;
             size_t smem = (T::DIRECT ? 0 : nw * rw * dkm * down16<T>::TILE) + xl * a.S;
+            smem = smem > cw_norm_epi_smem(a.epi) ? smem : cw_norm_epi_smem(a.epi);
             void (*k)(const moe_args) =
                 dkm == 8 ? (rw == 1 ? moe_down16_kernel<T, 8, 1, 2 * WARPS>
                                     : moe_down16_kernel<T, 8, 2, WARPS>)
@@ -1313,8 +1315,10 @@ struct moe_launch {
             e = launch_k(k, grid, 0, nw * 32, smem, s, pdl, a, n_sm);
         } else if (down) {
             dim3 grid((unsigned)((a.n_out + WARPS * 2 - 1) / (WARPS * 2)), (unsigned)n_tok);
-            e = launch_k(moe_down_kernel<T>, grid, 0, WARPS * 32, wstage_bytes<T, 2, WARPS>(), s,
-                         pdl, a, n_sm);
+            const size_t ws = wstage_bytes<T, 2, WARPS>();
+            e = launch_k(moe_down_kernel<T>, grid, 0, WARPS * 32,
+                         ws > cw_norm_epi_smem(a.epi) ? ws : cw_norm_epi_smem(a.epi), s, pdl, a,
+                         n_sm);
         } else if (a.K == 1 && a.S == 1 && q8k_use<T>(a.n_out, a.nb, n_sm)) {
             dim3 grid((unsigned)((a.n_out + MW - 1) / MW), (unsigned)n_tok);
             size_t smem = wstage_bytes<T, 2, MW>() + (size_t)kq_xq_bytes(a.nb);

@@ -16,6 +16,28 @@
 
 #define NORM_VTHREADS 256
 
+/* The norm's scale 1/sqrt(mean + eps) from the B threads' virtual-thread
+ * sums acc (thread t holds virtual threads t, t+B, ...): a butterfly per
+ * warp of 32 virtual threads, then warp 0's fold of the 8 warp sums. */
+template <int B>
+static __device__ __forceinline__ float cw_norm_scale(double (&acc)[NORM_VTHREADS / B],
+                                                      int64_t n, float eps, double *sh)
+{
+    constexpr int NQ = NORM_VTHREADS / B;
+    const int tid = threadIdx.x, lane = tid & 31;
+#pragma unroll
+    for (int q = 0; q < NQ; q++) {
+        acc[q] = cw_warp_sum(acc[q]);
+        if (lane == 0)
+            sh[(tid + B * q) >> 5] = acc[q];
+    }
+    __syncthreads();
+    double tot = lane < NORM_VTHREADS / 32 ? sh[lane] : 0.0;
+    tot = cw_warp_sum(tot);
+    const float mean = (float)(tot / (double)n);
+    return 1.0f / sqrtf(mean + eps);
+}
+
 /* y = RMSNorm(h)·w over n values, by the B threads of the block (all must
  * call it); h is read through L2 (another block may have written it).
  * sh: 8 doubles of shared memory. Each thread issues NORM_BATCH loads per
@@ -29,7 +51,7 @@ static __device__ void cw_rmsnorm_row(const float *h, const float *w, float *y, 
 {
     static_assert(B % 32 == 0 && NORM_VTHREADS % B == 0, "block size");
     constexpr int NQ = NORM_VTHREADS / B;
-    const int tid = threadIdx.x, lane = tid & 31;
+    const int tid = threadIdx.x;
     double acc[NQ];
 #pragma unroll
     for (int q = 0; q < NQ; q++)
@@ -50,17 +72,7 @@ static __device__ void cw_rmsnorm_row(const float *h, const float *w, float *y, 
                 if (i0 + B * q + (int64_t)NORM_VTHREADS * u < n)
                     acc[q] += (double)(xv[q][u] * xv[q][u]);
     }
-#pragma unroll
-    for (int q = 0; q < NQ; q++) {
-        acc[q] = cw_warp_sum(acc[q]);
-        if (lane == 0)
-            sh[(tid + B * q) >> 5] = acc[q];
-    }
-    __syncthreads();
-    double tot = lane < NORM_VTHREADS / 32 ? sh[lane] : 0.0;
-    tot = cw_warp_sum(tot);
-    const float mean = (float)(tot / (double)n);
-    const float scale = 1.0f / sqrtf(mean + eps);
+    const float scale = cw_norm_scale<B>(acc, n, eps, sh);
     /* (x·scale)·w, the CPU's order; two products, nothing to contract */
     for (int64_t i0 = tid; i0 < n; i0 += (int64_t)NORM_BATCH * B) {
         float hv[NORM_BATCH], wv[NORM_BATCH];
@@ -78,6 +90,45 @@ static __device__ void cw_rmsnorm_row(const float *h, const float *w, float *y, 
     __syncthreads(); /* sh is free again */
 }
 
+/* cw_rmsnorm_row with the row first copied into shared memory hs (n
+ * floats) by cp.async through L2, all of it in one round trip, with w asked
+ * into L1 meanwhile: the loop form above takes a round trip per batch of
+ * 2048 values, then one per 1024 to scale, each on the serial tail of the
+ * decode kernel that finished h. The same virtual-thread sums in the same
+ * order: the same bits. sm_80 on; h 16-byte aligned, n a multiple of 4
+ * (cw_norm_epilogue checks). */
+template <int B>
+static __device__ void cw_rmsnorm_row_sm(const float *h, const float *w, float *y, int n,
+                                         float eps, double *sh, float *hs)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    constexpr int NQ = NORM_VTHREADS / B;
+    const int tid = threadIdx.x;
+    for (int i = 4 * tid; i < n; i += 4 * B) {
+        const unsigned d = (unsigned)__cvta_generic_to_shared(hs + i);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(h + i) : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    for (int i = 32 * tid; i < n; i += 32 * B)
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(w + i));
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+    double acc[NQ];
+#pragma unroll
+    for (int q = 0; q < NQ; q++) {
+        acc[q] = 0.0;
+#pragma unroll 4
+        for (int i = tid + B * q; i < n; i += NORM_VTHREADS)
+            acc[q] += (double)(hs[i] * hs[i]);
+    }
+    const float scale = cw_norm_scale<B>(acc, n, eps, sh);
+#pragma unroll 4
+    for (int i = tid; i < n; i += B)
+        y[i] = __fmul_rn(__fmul_rn(hs[i], scale), __ldg(w + i));
+    __syncthreads(); /* sh and hs are free again */
+#endif
+}
+
 /* What a decode kernel that finishes h normalises when its last block is
  * done: rows of h (stride ldh) into y (stride ldy). w == NULL: nothing. */
 struct cw_norm_epi {
@@ -89,13 +140,22 @@ struct cw_norm_epi {
     unsigned *count; /* zero between launches; the last block resets it */
 };
 
+/* Bytes of dynamic shared memory a decode launch with this epilogue gives
+ * its blocks at least, for cw_rmsnorm_row_sm (0: no epilogue). */
+static __host__ __device__ inline size_t cw_norm_epi_smem(const cw_norm_epi &e)
+{
+    return e.w ? (size_t)e.n * sizeof(float) : 0;
+}
+
 /* Called by every thread of every block after the block's last write of h
  * (no thread may have returned): the block that finishes last (an integer
  * count, so which block it is does not matter to the result) normalises
- * the rows. Deterministic: one block, the fixed tree above. */
+ * the rows. Deterministic: one block, the fixed tree above. smem: the
+ * kernel's dynamic shared memory, free by now; where the launch gave it
+ * cw_norm_epi_smem bytes the rows go through it (cw_rmsnorm_row_sm). */
 template <int B>
 static __device__ void cw_norm_epilogue(const cw_norm_epi &e, const float *h, int64_t ldh,
-                                        int rows)
+                                        int rows, uint8_t *smem)
 {
     __shared__ unsigned last;
     __shared__ double sh[NORM_VTHREADS / 32];
@@ -115,8 +175,23 @@ static __device__ void cw_norm_epilogue(const cw_norm_epi &e, const float *h, in
     __syncthreads();
     if (!last)
         return;
-    for (int r = 0; r < rows; r++)
-        cw_rmsnorm_row<B>(h + r * ldh, e.w, e.y + r * e.ldy, e.n, e.eps, sh);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    constexpr bool async = true;
+#else
+    constexpr bool async = false;
+#endif
+    unsigned dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    const bool sm = async && e.n % 4 == 0 && ldh % 4 == 0 &&
+                    ((uintptr_t)h & 15) == 0 && (size_t)dyn >= cw_norm_epi_smem(e) &&
+                    e.n <= INT32_MAX;
+    for (int r = 0; r < rows; r++) {
+        if (sm)
+            cw_rmsnorm_row_sm<B>(h + r * ldh, e.w, e.y + r * e.ldy, (int)e.n, e.eps, sh,
+                                 (float *)smem);
+        else
+            cw_rmsnorm_row<B>(h + r * ldh, e.w, e.y + r * e.ldy, e.n, e.eps, sh);
+    }
     if (threadIdx.x == 0)
         *e.count = 0;
 }

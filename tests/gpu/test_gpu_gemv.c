@@ -1022,6 +1022,7 @@ int main(void)
     check_add_norm(CW_TYPE_Q4_K, 4096, 2048); /* the 35B's ssm_out */
     check_add_norm(CW_TYPE_Q8_0, 512, 2048);  /* a staged-x format */
     check_add_norm(CW_TYPE_Q6_K, 17408, 5120); /* the 27B's ffn_down */
+    check_add_norm(CW_TYPE_Q4_K, 512, 1030);   /* n % 4 != 0: the epilogue's loop form */
     for (int i = 0; i < N_TYPES; i++)
         test_type(TYPES[i]);
     check_moe(CW_TYPE_Q4_K, CW_TYPE_Q6_K, 1, 512, 8);
