@@ -11,10 +11,13 @@
  * routed launches, which add h + (Σ routed + shared) as the CPU; in prefill
  * it is (h + Σ routed) + shared, an f32 reordering.
  *
- * Norms: the launch that finishes h (a mixer's output projection, the FFN's
- * down projection) also applies the norm that follows it: in decode its
- * last block does (cw_k_norm_next), so a block runs with the layer's input
- * already normalised in s->x; in prefill a norm launch follows.
+ * Norms: where the step that reads the norm's output quantises it once in
+ * a launch that can compute the norm itself (cw_k_norm_fuses: the decode
+ * mixers' projections, the dense FFN's gate/up), the launch that finishes h
+ * (a mixer's output projection, the FFN's down projection) only adds, and
+ * the reader computes the norm (cw_k_norm_in) and writes s->x; else the
+ * finishing launch applies it: in decode its last block does
+ * (cw_k_norm_next); in prefill a norm launch follows.
  *
  * Decode (n = 1) is captured once per sequence into a CUDA graph and
  * replayed: the token id and position are uploaded from pinned staging on
@@ -36,12 +39,35 @@ static int mm(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_wt *t,
     return cw_k_matmul(M->c, &W, x, ldx, n, y, ldy, add, scale_logit, s->scratch, err);
 }
 
-/* What the step that finishes h normalises next: rows of n_embd into y. */
+/* What the step that finishes h normalises next: rows of n_embd into y;
+ * defer: not that step, the one that reads y next (its cw_k_norm_in). */
 struct next_norm {
     const struct cw_wt *w;
     float *y;
     int64_t ldy;
+    bool defer;
 };
+
+/* the reader's form of a deferred nx: the norm of s->h */
+static struct cw_k_norm_in norm_in(const struct cw_cuda_model *M, const struct cw_bseq *s,
+                                   const struct cw_wt *w)
+{
+    const struct cw_k_norm_in ni = {s->h, (const float *)w->data, M->dw.hp.eps};
+    return ni;
+}
+
+/* Whether a step reading x through these matrices (K: as cw_k_norm_fuses)
+ * computes a norm of h given to it inside its own launches, for n tokens. */
+static bool fuses_norm(const struct cw_cuda_model *M, int n_w, const struct cw_wt *const *t,
+                       int K, int64_t n)
+{
+    for (int i = 0; i < n_w; i++) {
+        const struct cw_k_mat W = cw_cuda_mat(t[i]);
+        if (cw_k_norm_fuses(M->c, &W, K, n))
+            return true;
+    }
+    return false;
+}
 
 /* the launchers' form of nx */
 static struct cw_k_norm_next norm_next(const struct cw_cuda_model *M, const struct cw_bseq *s,
@@ -57,6 +83,8 @@ static int mm_add_norm(struct cw_cuda_model *M, struct cw_bseq *s, const struct 
                        const float *x, int64_t ldx, int64_t n, const float *scale_logit,
                        const struct next_norm *nx, struct cw_err *err)
 {
+    if (nx->defer)
+        return mm(M, s, t, x, ldx, n, s->h, (int64_t)M->dw.hp.n_embd, true, scale_logit, err);
     const struct cw_k_mat W = cw_cuda_mat(t);
     const struct cw_k_norm_next nn = norm_next(M, s, nx);
     return cw_k_matmul_add_norm(M->c, &W, x, ldx, n, s->h, (int64_t)M->dw.hp.n_embd,
@@ -71,9 +99,11 @@ static int mm_x(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_wt *
 }
 
 /* y_i [n][t_i->ne[1]] = t_i·x [n][E] for the n_w matrices that read s->x:
- * in decode, one launch per weight type (cw_k_matmul_multi). */
+ * in decode, one launch per weight type (cw_k_matmul_multi); xin: s->x is
+ * that norm of h, computed here. */
 static int mm_xs(struct cw_cuda_model *M, struct cw_bseq *s, int n_w,
-                 const struct cw_wt *const *t, float *const *y, int64_t n, struct cw_err *err)
+                 const struct cw_wt *const *t, float *const *y, int64_t n,
+                 const struct cw_k_norm_in *xin, struct cw_err *err)
 {
     struct cw_k_mat W[CW_K_MULTI_MAX];
     const struct cw_k_mat *Wp[CW_K_MULTI_MAX];
@@ -83,21 +113,36 @@ static int mm_xs(struct cw_cuda_model *M, struct cw_bseq *s, int n_w,
         Wp[i] = &W[i];
         ldy[i] = t[i]->ne[1];
     }
-    return cw_k_matmul_multi(M->c, n_w, Wp, s->x, (int64_t)M->dw.hp.n_embd, n, y, ldy,
-                             s->scratch, err);
+    const int64_t E = M->dw.hp.n_embd;
+    return xin ? cw_k_matmul_multi_norm(M->c, n_w, Wp, xin, s->x, E, n, y, ldy, s->scratch, err)
+               : cw_k_matmul_multi(M->c, n_w, Wp, s->x, E, n, y, ldy, s->scratch, err);
+}
+
+/* The matrices that read a block's input x (its mixer's projections),
+ * in the order of the step's outputs; returns how many. */
+static int dn_in(const struct cw_qwen35_ssm_w *l, const struct cw_wt **in)
+{
+    in[0] = &l->qkv, in[1] = &l->gate, in[2] = &l->beta, in[3] = &l->alpha;
+    return 4;
+}
+
+static int attn_in(const struct cw_qwen35_attn_w *l, const struct cw_wt **in)
+{
+    in[0] = &l->q, in[1] = &l->k, in[2] = &l->v;
+    return 3;
 }
 
 /* Gated DeltaNet, §3.2: four projections, the recurrent core, ssm_out (+h). */
 static int deltanet(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen35_ssm_w *l,
-                    struct cw_cuda_layer_state *st, int64_t n, const struct next_norm *nx,
-                    struct cw_err *err)
+                    struct cw_cuda_layer_state *st, int64_t n, const struct cw_k_norm_in *xin,
+                    const struct next_norm *nx, struct cw_err *err)
 {
     const struct cw_k_deltanet_dims d = cw_cuda_dn_dims(&M->dw.hp);
     const struct cw_k_deltanet_w w = {(const float *)l->conv1d.data, (const float *)l->dt.data,
                                       (const float *)l->a.data, (const float *)l->norm.data};
-    const struct cw_wt *in[4] = {&l->qkv, &l->gate, &l->beta, &l->alpha};
+    const struct cw_wt *in[4];
     float *out[4] = {s->m, s->z, s->beta, s->alpha};
-    if (mm_xs(M, s, 4, in, out, n, err))
+    if (mm_xs(M, s, dn_in(l, in), in, out, n, xin, err))
         return -1;
     if (cw_k_deltanet(M->c, &d, &w, st->conv, st->delta, n, s->m, s->z, s->beta, s->alpha, s->y,
                       s->scratch, err))
@@ -108,13 +153,13 @@ static int deltanet(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_
 /* Gated full attention, §3.3: projections, the core (norms, RoPE, K/V
  * append at *s->pos, causal GQA, gate), attn_output (+h). */
 static int attention(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen35_attn_w *l,
-                     struct cw_cuda_layer_state *st, int64_t n, const struct next_norm *nx,
-                     struct cw_err *err)
+                     struct cw_cuda_layer_state *st, int64_t n, const struct cw_k_norm_in *xin,
+                     const struct next_norm *nx, struct cw_err *err)
 {
     const struct cw_k_attn_dims d = cw_cuda_attn_dims(&M->dw.hp);
-    const struct cw_wt *in[3] = {&l->q, &l->k, &l->v};
+    const struct cw_wt *in[3];
     float *out[3] = {s->P, s->k, s->v};
-    if (mm_xs(M, s, 3, in, out, n, err))
+    if (mm_xs(M, s, attn_in(l, in), in, out, n, xin, err))
         return -1;
     if (cw_k_attn(M->c, &d, (const float *)l->q_norm.data, (const float *)l->k_norm.data, st->k,
                   st->v, M->base.n_ctx_max, s->pos, n, s->P, s->k, s->v, s->ao, s->scratch, err))
@@ -122,29 +167,49 @@ static int attention(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw
     return mm_add_norm(M, s, &l->o, s->ao, l->o.ne[0], n, NULL, nx, err);
 }
 
+/* whether gate_up_swiglu runs as one K = 1 expert launch */
+static bool gate_up_one(const struct cw_k_mat *G, const struct cw_k_mat *U, int64_t n)
+{
+    return n == 1 && G->type == U->type && G->n_in == U->n_in && G->n_out == U->n_out &&
+           G->row_bytes == U->row_bytes;
+}
+
 /* g [n][F] = silu(G·x)·(U·x) for a single matrix pair (shared expert, dense
  * FFN). Decode runs it as one routed-expert launch with K = 1 and expert 0
  * (the gate and up rows read together, SwiGLU fused: three launches become
  * one); batches keep the matmuls, whose batch regimes read W once per group
- * of tokens where the expert kernel reads it once per token. */
+ * of tokens where the expert kernel reads it once per token. xin: s->x is
+ * that norm of h, computed here. */
 static int gate_up_swiglu(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_wt *gate,
                           const struct cw_wt *up, float *g, float *u, int64_t n,
-                          struct cw_err *err)
+                          const struct cw_k_norm_in *xin, struct cw_err *err)
 {
     const struct cw_k_mat G = cw_cuda_mat(gate), U = cw_cuda_mat(up);
-    if (n == 1 && G.type == U.type && G.n_in == U.n_in && G.n_out == U.n_out &&
-        G.row_bytes == U.row_bytes)
-        return cw_k_moe_gate_up(M->c, &G, &U, s->x, s->zero_id, 1, 1, g, s->scratch, err);
+    const int64_t E = M->dw.hp.n_embd;
+    if (gate_up_one(&G, &U, n))
+        return xin ? cw_k_moe_gate_up_norm(M->c, &G, &U, xin, s->x, s->zero_id, 1, 1, g,
+                                           s->scratch, err)
+                   : cw_k_moe_gate_up(M->c, &G, &U, s->x, s->zero_id, 1, 1, g, s->scratch, err);
+    if (xin && cw_k_add_rmsnorm(M->c, xin->d_h, NULL, xin->d_w, s->x, E, E, n, xin->eps, err))
+        return -1;
     if (mm_x(M, s, gate, g, n, err) || mm_x(M, s, up, u, n, err))
         return -1;
     return cw_k_swiglu(M->c, g, g, u, n * G.n_out, err);
+}
+
+/* the matrices that read the MoE's input x: the router's */
+static int moe_in(const struct cw_qwen35_moe_w *l, const struct cw_wt **in)
+{
+    in[0] = &l->gate_inp, in[1] = &l->gate_inp_shexp;
+    return 2;
 }
 
 /* MoE, §3.4: router and shared gate logits, top-k, the routed experts
  * (gate/up with SwiGLU, down with the weighted sum, +h), the shared expert
  * scaled by σ(its gate logit) (+h). */
 static int moe(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen35_moe_w *l,
-               int64_t n, const struct next_norm *nx, struct cw_err *err)
+               int64_t n, const struct cw_k_norm_in *xin, const struct next_norm *nx,
+               struct cw_err *err)
 {
     const struct cw_qwen35_hparams *hp = &M->dw.hp;
     const int64_t S = hp->n_ff_shexp;
@@ -153,9 +218,9 @@ static int moe(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen3
     const struct cw_k_mat D = cw_cuda_mat(&l->down_exps);
     const struct cw_k_mat SG = cw_cuda_mat(&l->gate_shexp), SU = cw_cuda_mat(&l->up_shexp);
     const struct cw_k_mat SD = cw_cuda_mat(&l->down_shexp);
-    const struct cw_wt *in[2] = {&l->gate_inp, &l->gate_inp_shexp};
+    const struct cw_wt *in[2];
     float *out[2] = {s->rlog, s->sgate};
-    if (mm_xs(M, s, 2, in, out, n, err) ||
+    if (mm_xs(M, s, moe_in(l, in), in, out, n, xin, err) ||
         cw_k_moe_route(M->c, s->rlog, X, K, n, s->ids, s->wts, err))
         return -1;
     /* decode: the shared expert as slot K of the routed launches (two
@@ -164,55 +229,88 @@ static int moe(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen3
         const struct cw_k_norm_next nn = norm_next(M, s, nx);
         return cw_k_moe_gate_up_sh(M->c, &G, &U, &SG, &SU, s->x, s->ids, K, n, s->act, err) ||
                        cw_k_moe_down_sh(M->c, &D, &SD, s->act, s->ids, s->wts, s->sgate, K, n,
-                                        s->h, &nn, err)
+                                        s->h, nx->defer ? NULL : &nn, err)
                    ? -1
                    : 0;
     }
     if (cw_k_moe_gate_up(M->c, &G, &U, s->x, s->ids, K, n, s->act, s->scratch, err) ||
         cw_k_moe_down(M->c, &D, s->act, s->ids, s->wts, K, n, s->h, s->scratch, err))
         return -1;
-    if (gate_up_swiglu(M, s, &l->gate_shexp, &l->up_shexp, s->sg, s->su, n, err))
+    if (gate_up_swiglu(M, s, &l->gate_shexp, &l->up_shexp, s->sg, s->su, n, NULL, err))
         return -1;
     return mm_add_norm(M, s, &l->down_shexp, s->sg, S, n, s->sgate, nx, err);
 }
 
 /* Dense SwiGLU FFN, §3.5 (+h). */
 static int dense_ffn(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen35_ffn_w *l,
-                     int64_t n, const struct next_norm *nx, struct cw_err *err)
+                     int64_t n, const struct cw_k_norm_in *xin, const struct next_norm *nx,
+                     struct cw_err *err)
 {
     const int64_t F = M->dw.hp.n_ff;
-    if (gate_up_swiglu(M, s, &l->gate, &l->up, s->fg, s->fu, n, err))
+    if (gate_up_swiglu(M, s, &l->gate, &l->up, s->fg, s->fu, n, xin, err))
         return -1;
     return mm_add_norm(M, s, &l->down, s->fg, F, n, NULL, nx, err);
 }
 
 /* ---- one block, §3.1: h [n][E] updated in place ---------------------------------- */
 
-/* On entry s->x = attn_norm(h) (step 1), done by the step before the block;
- * the block's last launch leaves nx's norm of its output in nx->y. */
+/* Whether the block's mixer (its projections of x) computes a norm of h
+ * given to it inside its own launches, for n tokens. */
+static bool mixer_fuses_norm(const struct cw_cuda_model *M, const struct cw_qwen35_layer_w *l,
+                             int64_t n)
+{
+    const struct cw_wt *in[4];
+    const int k = l->kind == CW_LAYER_DELTANET ? dn_in(&l->ssm, in) : attn_in(&l->attn, in);
+    return fuses_norm(M, k, in, 0, n);
+}
+
+/* The same for the block's FFN (the router's products; the dense gate/up) */
+static bool ffn_fuses_norm(const struct cw_cuda_model *M, const struct cw_qwen35_layer_w *l,
+                           int64_t n)
+{
+    const struct cw_wt *in[2];
+    switch (M->dw.hp.arch) {
+    case CW_ARCH_QWEN35MOE:
+        return fuses_norm(M, moe_in(&l->moe, in), in, 0, n);
+    case CW_ARCH_QWEN35: {
+        const struct cw_k_mat G = cw_cuda_mat(&l->ffn.gate), U = cw_cuda_mat(&l->ffn.up);
+        in[0] = &l->ffn.gate;
+        return gate_up_one(&G, &U, n) && fuses_norm(M, 1, in, 1, n);
+    }
+    }
+    return false;
+}
+
+/* On entry s->x = attn_norm(h) (step 1), done by the step before the block,
+ * or xin: that norm, left to the block's first step; the block's last
+ * launch leaves nx's norm of its output in nx->y, or leaves it to the next
+ * reader (nx->defer). */
 static int block(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen35_layer_w *l,
-                 struct cw_cuda_layer_state *st, int64_t n, const struct next_norm *nx,
-                 struct cw_err *err)
+                 struct cw_cuda_layer_state *st, int64_t n, const struct cw_k_norm_in *xin,
+                 const struct next_norm *nx, struct cw_err *err)
 {
     const struct cw_qwen35_hparams *hp = &M->dw.hp;
     /* 2.–3. token mixer, residual, 4. post_attention_norm */
-    const struct next_norm post = {&l->post_attn_norm, s->x, (int64_t)hp->n_embd};
+    const struct next_norm post = {&l->post_attn_norm, s->x, (int64_t)hp->n_embd,
+                                   ffn_fuses_norm(M, l, n)};
+    const struct cw_k_norm_in post_in = norm_in(M, s, &l->post_attn_norm);
     switch (l->kind) {
     case CW_LAYER_DELTANET:
-        if (deltanet(M, s, &l->ssm, st, n, &post, err))
+        if (deltanet(M, s, &l->ssm, st, n, xin, &post, err))
             return -1;
         break;
     case CW_LAYER_ATTENTION:
-        if (attention(M, s, &l->attn, st, n, &post, err))
+        if (attention(M, s, &l->attn, st, n, xin, &post, err))
             return -1;
         break;
     }
     /* 5.–6. FFN, residual, and the norm after the block */
+    const struct cw_k_norm_in *fin = post.defer ? &post_in : NULL;
     switch (hp->arch) {
     case CW_ARCH_QWEN35MOE:
-        return moe(M, s, &l->moe, n, nx, err);
+        return moe(M, s, &l->moe, n, fin, nx, err);
     case CW_ARCH_QWEN35:
-        return dense_ffn(M, s, &l->ffn, n, nx, err);
+        return dense_ffn(M, s, &l->ffn, n, fin, nx, err);
     }
     return 0;
 }
@@ -234,13 +332,20 @@ static int main_body(struct cw_cuda_model *M, struct cw_bseq *s, int64_t n, stru
     if (cw_k_add_rmsnorm(M->c, s->h, NULL, (const float *)W->layers[0].attn_norm.data, s->x, E,
                          E, n, W->hp.eps, err))
         return -1;
+    struct cw_k_norm_in xin;
+    bool pending = false; /* s->x is xin, left to layer il's mixer */
     for (uint32_t il = 0; il < W->hp.n_layer; il++) {
         /* the next layer's attn_norm, or output_norm after the last */
+        const bool more = il + 1 < W->hp.n_layer;
         const struct next_norm nx =
-            il + 1 < W->hp.n_layer ? (struct next_norm){&W->layers[il + 1].attn_norm, s->x, E}
-                                   : (struct next_norm){&W->output_norm, s->hn, E};
-        if (block(M, s, &W->layers[il], &s->layers[il], n, &nx, err))
+            more ? (struct next_norm){&W->layers[il + 1].attn_norm, s->x, E,
+                                      mixer_fuses_norm(M, &W->layers[il + 1], n)}
+                 : (struct next_norm){&W->output_norm, s->hn, E, false};
+        if (block(M, s, &W->layers[il], &s->layers[il], n, pending ? &xin : NULL, &nx, err))
             return cw_err_prefix(err, "layer %u", il);
+        pending = nx.defer;
+        if (pending)
+            xin = norm_in(M, s, nx.w);
     }
     return 0;
 }
@@ -442,8 +547,8 @@ static int mtp_body(struct cw_cuda_model *M, struct cw_bseq *s, const float *hid
         cw_k_add_rmsnorm(M->c, s->h, NULL, (const float *)mt->layer.attn_norm.data, s->x, E, E,
                          n, W->hp.eps, err))
         return -1;
-    const struct next_norm nx = {&mt->shared_head_norm, s->hn, E};
-    if (block(M, s, &mt->layer, &s->mtp, n, &nx, err))
+    const struct next_norm nx = {&mt->shared_head_norm, s->hn, E, false};
+    if (block(M, s, &mt->layer, &s->mtp, n, NULL, &nx, err))
         return cw_err_prefix(err, "mtp block");
     return 0;
 }

@@ -288,7 +288,7 @@ static __device__ __forceinline__ void mv_dot(const uint8_t *const *rows, const 
 /* XQB items per warp in flight: a long row's x arrives in a few round
  * trips, not one per 256 elements */
 #define XQB 4
-template <class T>
+template <class T, bool SM = false> /* SM: x in shared memory (else global, read through L1) */
 static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int nt, int nb,
                                                uint8_t *xq, int warp, int nw)
 {
@@ -301,7 +301,10 @@ static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int 
         for (int k = 0; k < XQB; k++) {
             int it = min(i0 + k * nw, n - 1), t = it / nb, b = it - t * nb;
             const float4 *xp = (const float4 *)(x + t * ldx + 256 * b + 8 * lane);
-            ld[k][0] = __ldg(xp), ld[k][1] = __ldg(xp + 1);
+            if (SM)
+                ld[k][0] = xp[0], ld[k][1] = xp[1];
+            else
+                ld[k][0] = __ldg(xp), ld[k][1] = __ldg(xp + 1);
         }
 #pragma unroll
         for (int k = 0; k < XQB; k++) {
@@ -375,6 +378,46 @@ static __global__ void __launch_bounds__(XQ_THREADS)
     cw_pdl_launch_dependents();
     constexpr int nw = XQ_THREADS / 32;
     xq_rows<T>(x, ldx, nt, nb, xq, (int)blockIdx.x * nw + (threadIdx.x >> 5), (int)gridDim.x * nw);
+}
+
+/* x given as the norm of the residual stream (cw_k_norm_in): xq_kernel's
+ * output, plus the normalised x written to y for the launches that read it
+ * in f32. */
+struct xq_norm {
+    const float *h, *w;
+    int64_t ldh;
+    float eps;
+    float *y;
+    int64_t ldy;
+};
+
+/* xq_kernel for x = RMSNorm(h)·w, B threads a block, grid (blocks per
+ * token, n_tok). Each block normalises its token's whole row into shared
+ * memory (cw_rmsnorm_row_to_sm: every block the bits of cw_k_add_rmsnorm),
+ * writes its own items' part of y and quantises them from there: the norm
+ * that the launch finishing h would otherwise run on its serial tail (one
+ * block, after all the others) runs here beside the quantisation, and
+ * nothing reads y back before the quantisation. */
+#define XQN_THREADS 256 /* each block reduces the whole row: more threads, shorter chains */
+template <class T, int B>
+static __global__ void __launch_bounds__(B) xqn_kernel(const xq_norm nm, int nb, uint8_t *xq)
+{
+    extern __shared__ __align__(16) uint8_t smem[];
+    __shared__ double sh[NORM_VTHREADS / 32];
+    float *hs = (float *)smem;
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    constexpr int nw = B / 32;
+    const int64_t t = blockIdx.y;
+    const int n = nb * T::QK;
+    cw_rmsnorm_row_to_sm<B>(nm.h + t * nm.ldh, nm.w, n, nm.eps, sh, hs);
+    /* the items xq_rows gives this block's warps: i ≡ warp (mod nw·grid) */
+    float *y = nm.y + t * nm.ldy;
+    for (int i0 = (int)blockIdx.x * nw; i0 < nb; i0 += nw * (int)gridDim.x)
+        for (int i = i0 * T::QK + (int)threadIdx.x; i < min(i0 + nw, nb) * T::QK; i += B)
+            y[i] = hs[i];
+    xq_rows<T, true>(hs, 0, 1, nb, xq + t * kq_xq_bytes(nb),
+                     (int)blockIdx.x * nw + (threadIdx.x >> 5), (int)gridDim.x * nw);
 }
 
 /* bytes (a multiple of 16) of xq_kernel's output into shared memory, through
@@ -1107,12 +1150,35 @@ static size_t xq_scratch(enum cw_qtype type, int64_t n_in, int64_t n_tok)
     return (size_t)n_tok * q.per_tok;
 }
 
-/* Launches xq_kernel: n_tok tokens of x (row stride ldx) into xq. */
+/* Whether xqn_kernel takes rows of nb blocks: the row in shared memory. */
+static bool xqn_fits(int64_t n_in)
+{
+    return (size_t)n_in * sizeof(float) <= XS_MAX;
+}
+
+/* Launches xq_kernel: n_tok tokens of x (row stride ldx) into xq; or, with
+ * nm, xqn_kernel: x as the norm of nm's h, also written to nm's y (the
+ * caller checked xqn_fits). */
 template <class T>
 static cudaError_t xq_launch(cudaStream_t s, bool pdl, const float *x, int64_t ldx, int64_t n_tok,
-                             int nb, uint8_t *xq)
+                             int nb, uint8_t *xq, const xq_norm *nm)
 {
-    const int64_t items = n_tok * nb, per = XQB * (XQ_THREADS / 32);
+    if (nm) {
+        constexpr int B = XQN_THREADS;
+        const int64_t pern = XQB * (B / 32);
+        const size_t smem = (size_t)nb * T::QK * sizeof(float);
+        cudaError_t e;
+        if (smem > (48 << 10) &&
+            (e = cudaFuncSetAttribute((const void *)xqn_kernel<T, B>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) !=
+                cudaSuccess)
+            return e;
+        return cw_launch(s, pdl, xqn_kernel<T, B>,
+                         dim3((unsigned)((nb + pern - 1) / pern), (unsigned)n_tok), dim3(B),
+                         smem, *nm, nb, xq);
+    }
+    const int64_t per = XQB * (XQ_THREADS / 32);
+    const int64_t items = n_tok * nb;
     return cw_launch(s, pdl, xq_kernel<T>, dim3((unsigned)((items + per - 1) / per)),
                      dim3(XQ_THREADS), 0, x, ldx, (int)n_tok, nb, xq);
 }
@@ -1182,6 +1248,7 @@ struct gemv_launch {
     int n_sm;
     bool q8k; /* x quantised to Q8_K (cw_k_q8k of every matrix of the launch) */
     uint8_t *xq_scr; /* scratch for xq_once, or NULL */
+    const xq_norm *nm; /* x as the norm of h, for the xq_once launch (norm_fuses), or NULL */
     cudaError_t e;
     template <class T, int RR, int NT, bool SX, bool Q8K = false>
     void one(size_t xl)
@@ -1208,7 +1275,11 @@ struct gemv_launch {
         while (ntg > 1 && ql * ntg > XS_MAX)
             ntg /= 2;
         const bool once = xq_scr && xq_once(a.nb);
-        e = once ? xq_launch<T>(s, pdl, x0, a.ldx, n_tok, a.nb, xq_scr) : cudaSuccess;
+        if (nm && !once) { /* norm_fuses said yes: not reached */
+            e = cudaErrorInvalidValue;
+            return true;
+        }
+        e = once ? xq_launch<T>(s, pdl, x0, a.ldx, n_tok, a.nb, xq_scr, nm) : cudaSuccess;
         for (int64_t t0 = 0; t0 < n_tok && e == cudaSuccess; t0 += ntg) {
             a.nt = (int)(n_tok - t0 < ntg ? n_tok - t0 : ntg);
             a.x = x0 + t0 * a.ldx;
@@ -1291,6 +1362,7 @@ struct moe_launch {
     int n_sm;
     size_t smem_optin;
     uint8_t *xq_scr; /* scratch for xq_once (the K = 1 Q8_K gate/up), or NULL */
+    const xq_norm *nm; /* x as the norm of h, for that xq_once launch (norm_fuses), or NULL */
     cudaError_t e;
     template <class T>
     int go()
@@ -1324,7 +1396,9 @@ struct moe_launch {
             size_t smem = wstage_bytes<T, 2, MW>() + (size_t)kq_xq_bytes(a.nb);
             if constexpr (kq_q8k<T>::ON) {
                 const bool once = xq_scr && xq_once(a.nb);
-                e = once ? xq_launch<T>(s, pdl, a.x, n_in, n_tok, a.nb, xq_scr) : cudaSuccess;
+                e = once ? xq_launch<T>(s, pdl, a.x, n_in, n_tok, a.nb, xq_scr, nm)
+                    : nm ? cudaErrorInvalidValue /* norm_fuses said yes: not reached */
+                         : cudaSuccess;
                 a.xqg = once ? xq_scr : NULL;
                 if (e == cudaSuccess)
                     e = launch_k(moe_gate_up_q8k_kernel<T>, grid, 1, MW * 32, smem, s, pdl, a,
@@ -1387,6 +1461,24 @@ extern "C" bool cw_k_moe_q8k(const struct cw_cuda *c, enum cw_qtype type, int64_
     return K >= 1 && q8k_ask(c, type, n_in, n_out, K);
 }
 
+/* Whether W's GEMV launches of n_tok tokens, given scratch, quantise x once
+ * into it (xq_launch) by a kernel that can take x as the norm of h
+ * (xqn_kernel): the Q8_K path with xq_once, the row in shared memory. The
+ * K = 1 gate/up asks the matmul's question (moe_q8k_use). */
+static bool norm_fuses(const struct cw_cuda *c, const struct cw_k_mat *W, int64_t n_tok)
+{
+    const int qk = cw_k_block_elems(W->type);
+    return n_tok <= CW_K_GEMV_MAX_TOK && qk > 0 && W->n_in % qk == 0 &&
+           q8k_ask(c, W->type, W->n_in, W->n_out, 0) && xq_once((int)(W->n_in / qk)) &&
+           xqn_fits(W->n_in);
+}
+
+extern "C" bool cw_k_norm_fuses(const struct cw_cuda *c, const struct cw_k_mat *W, int K,
+                                int64_t n_tok)
+{
+    return K <= 1 && norm_fuses(c, W, n_tok);
+}
+
 extern "C" size_t cw_k_matmul_scratch(const struct cw_k_mat *W, int64_t n_tok)
 {
     return n_tok > CW_K_GEMV_MAX_TOK ? cw_k_gemm_scratch(W, n_tok)
@@ -1405,8 +1497,8 @@ static cw_norm_epi epi_of(const struct cw_k_norm_next *nrm, int64_t n)
  * one type and width that share x; d_scratch (or NULL) as cw_k_matmul's. */
 static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const float *d_x,
                 int64_t ldx, int64_t n_tok, float *const *d_y, const int64_t *ldy, bool add,
-                const float *d_scale_logit, const struct cw_k_norm_next *nrm, void *d_scratch,
-                struct cw_err *err)
+                const float *d_scale_logit, const struct cw_k_norm_next *nrm, const xq_norm *nm,
+                void *d_scratch, struct cw_err *err)
 {
     gemv_launch f;
     f.s = c->stream;
@@ -1433,6 +1525,7 @@ static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const
     f.q8k = cw_k_q8k(c, W[0]->type, W[0]->n_in, W[0]->n_out);
     f.a.xqg = NULL;
     f.xq_scr = (uint8_t *)d_scratch;
+    f.nm = nm;
     f.e = cudaSuccess;
     cw_k_dispatch(W[0]->type, f);
     CW_CUDA_TRY(err, f.e);
@@ -1463,7 +1556,8 @@ extern "C" int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const fl
     const int64_t ldys[1] = {ldy};
     if (n_tok > CW_K_GEMV_MAX_TOK)
         return cw_k_gemm(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, add, d_scale_logit, d_scratch, err);
-    return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, add, d_scale_logit, NULL, d_scratch, err);
+    return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, add, d_scale_logit, NULL, NULL, d_scratch,
+                err);
 }
 
 extern "C" int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W,
@@ -1486,12 +1580,30 @@ extern "C" int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W,
     const struct cw_k_mat *Ws[1] = {W};
     float *ys[1] = {d_y};
     const int64_t ldys[1] = {ldy};
-    return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, true, d_scale_logit, nrm, d_scratch, err);
+    return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, true, d_scale_logit, nrm, NULL, d_scratch,
+                err);
 }
 
-extern "C" int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
-                                 const float *d_x, int64_t ldx, int64_t n_tok, float *const *d_y,
-                                 const int64_t *ldy, void *d_scratch, struct cw_err *err)
+/* x as the norm of h (cw_k_norm_in) for n_tok rows of n_in into x. */
+static int check_norm_in(const struct cw_k_norm_in *nin, int64_t n_in, const float *d_x,
+                         int64_t ldx, const char *what, struct cw_err *err)
+{
+    if (!nin || !nin->d_h || !nin->d_w || !d_x || ldx < n_in)
+        return cw_errf(err, CW_ERR_INVALID, "cuda %s: x as the norm of h needs h, the norm's "
+                       "weights and rows of x of >= %lld", what, (long long)n_in);
+    return check_x(d_x, ldx, what, err);
+}
+
+static xq_norm xq_norm_of(const struct cw_k_norm_in *nin, int64_t n_in, float *d_x, int64_t ldx)
+{
+    return xq_norm{nin->d_h, nin->d_w, n_in, nin->eps, d_x, ldx};
+}
+
+/* cw_k_matmul_multi, and with nin its _norm form (x then written, not read first). */
+static int multi_run(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
+                     const struct cw_k_norm_in *nin, const float *d_x, int64_t ldx,
+                     int64_t n_tok, float *const *d_y, const int64_t *ldy, void *d_scratch,
+                     struct cw_err *err)
 {
     if (n < 1 || n > CW_K_MULTI_MAX)
         return cw_errf(err, CW_ERR_INVALID, "cuda matmul_multi: %d matrices (1..%d)", n,
@@ -1502,28 +1614,77 @@ extern "C" int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat
     /* decode: one launch per (type, width, Q8_K decision); prefill: one
      * conversion of x per width. In the order of each group's first matrix. */
     const bool gemm = n_tok > CW_K_GEMV_MAX_TOK;
-    bool done[CW_K_MULTI_MAX] = {false};
+    int grp[CW_K_MULTI_MAX], first[CW_K_MULTI_MAX], ng = 0;
+    for (int i = 0; i < n; i++)
+        grp[i] = -1;
     for (int i = 0; i < n; i++) {
-        if (done[i])
+        if (grp[i] >= 0)
+            continue;
+        int m = 0;
+        for (int j = i; j < n && m < (gemm ? CW_K_MULTI_MAX : MV_SEGS); j++)
+            if (grp[j] < 0 && W[j]->n_in == W[i]->n_in &&
+                (gemm || (W[j]->type == W[i]->type &&
+                          cw_k_q8k(c, W[j]->type, W[j]->n_in, W[j]->n_out) ==
+                              cw_k_q8k(c, W[i]->type, W[i]->n_in, W[i]->n_out))))
+                grp[j] = ng, m++;
+        first[ng++] = i;
+    }
+    /* x as the norm of h: the first group that quantises x once computes
+     * it (and writes x for the others), so it goes first; else a norm
+     * launch of its own first. Either way each output keeps its bits. */
+    int gn = -1;
+    xq_norm nm = {};
+    if (nin) {
+        const int64_t n_in = W[0]->n_in;
+        for (int i = 0; i < n; i++)
+            if (W[i]->n_in != n_in)
+                return cw_errf(err, CW_ERR_INVALID, "cuda matmul_multi_norm: widths %lld and "
+                               "%lld: one norm of h is one width", (long long)n_in,
+                               (long long)W[i]->n_in);
+        if (check_norm_in(nin, n_in, d_x, ldx, "matmul_multi_norm", err))
+            return -1;
+        for (int g = 0; g < ng && gn < 0 && d_scratch; g++)
+            if (norm_fuses(c, W[first[g]], n_tok))
+                gn = g;
+        if (gn < 0 && cw_k_add_rmsnorm(c, nin->d_h, NULL, nin->d_w, (float *)d_x, ldx, n_in,
+                                       n_tok, nin->eps, err))
+            return -1;
+        nm = xq_norm_of(nin, n_in, (float *)d_x, ldx);
+    }
+    for (int k = -1; k < ng; k++) {
+        const int g = k < 0 ? gn : k;
+        if (g < 0 || (k >= 0 && g == gn))
             continue;
         const struct cw_k_mat *gw[CW_K_MULTI_MAX];
         float *gy[CW_K_MULTI_MAX];
         int64_t gl[CW_K_MULTI_MAX];
         int m = 0;
-        for (int j = i; j < n && m < (gemm ? CW_K_MULTI_MAX : MV_SEGS); j++)
-            if (!done[j] && W[j]->n_in == W[i]->n_in &&
-                (gemm || (W[j]->type == W[i]->type &&
-                          cw_k_q8k(c, W[j]->type, W[j]->n_in, W[j]->n_out) ==
-                              cw_k_q8k(c, W[i]->type, W[i]->n_in, W[i]->n_out)))) {
-                done[j] = true;
-                gw[m] = W[j], gy[m] = d_y[j], gl[m] = ldy[j];
-                m++;
-            }
+        for (int j = 0; j < n; j++)
+            if (grp[j] == g)
+                gw[m] = W[j], gy[m] = d_y[j], gl[m] = ldy[j], m++;
         if (gemm ? cw_k_gemm(c, m, gw, d_x, ldx, n_tok, gy, gl, false, NULL, d_scratch, err)
-                 : gemv(c, m, gw, d_x, ldx, n_tok, gy, gl, false, NULL, NULL, d_scratch, err))
+                 : gemv(c, m, gw, d_x, ldx, n_tok, gy, gl, false, NULL, NULL,
+                        g == gn ? &nm : NULL, d_scratch, err))
             return -1;
     }
     return 0;
+}
+
+extern "C" int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
+                                 const float *d_x, int64_t ldx, int64_t n_tok, float *const *d_y,
+                                 const int64_t *ldy, void *d_scratch, struct cw_err *err)
+{
+    return multi_run(c, n, W, NULL, d_x, ldx, n_tok, d_y, ldy, d_scratch, err);
+}
+
+extern "C" int cw_k_matmul_multi_norm(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
+                                      const struct cw_k_norm_in *nin, float *d_x, int64_t ldx,
+                                      int64_t n_tok, float *const *d_y, const int64_t *ldy,
+                                      void *d_scratch, struct cw_err *err)
+{
+    if (!nin)
+        return cw_errf(err, CW_ERR_INVALID, "cuda matmul_multi_norm: no norm");
+    return multi_run(c, n, W, nin, d_x, ldx, n_tok, d_y, ldy, d_scratch, err);
 }
 
 /* Decode (n_tok <= CW_K_GEMV_MAX_TOK) needs no scratch (each launch reads
@@ -1552,7 +1713,8 @@ static int check_moe(const struct cw_k_mat *M, int K, int64_t n_tok, const char 
 /* The decode MoE launches: S = K routed slots, or K+1 with the shared
  * expert (SG, SU / SD non-NULL, checked by cw_k_moe_shared_fusable). */
 static int moe_gate_up_run(struct cw_cuda *c, const struct cw_k_mat *G, const struct cw_k_mat *U,
-                           const struct cw_k_mat *SG, const struct cw_k_mat *SU, const float *d_x,
+                           const struct cw_k_mat *SG, const struct cw_k_mat *SU,
+                           const struct cw_k_norm_in *nin, const float *d_x,
                            const int32_t *d_ids, int K, int64_t n_tok, float *d_act,
                            void *d_scratch, struct cw_err *err)
 {
@@ -1581,6 +1743,20 @@ static int moe_gate_up_run(struct cw_cuda *c, const struct cw_k_mat *G, const st
     f.n_sm = c->info.n_sm > 0 ? c->info.n_sm : 1;
     f.smem_optin = c->info.smem_optin;
     f.xq_scr = (uint8_t *)d_scratch;
+    /* x as the norm of h: in the K = 1 launch that quantises x once, else
+     * a norm launch first */
+    xq_norm nm = {};
+    f.nm = NULL;
+    if (nin) {
+        if (check_norm_in(nin, G->n_in, d_x, G->n_in, "moe_gate_up_norm", err))
+            return -1;
+        nm = xq_norm_of(nin, G->n_in, (float *)d_x, G->n_in);
+        if (!SG && K == 1 && d_scratch && norm_fuses(c, G, n_tok))
+            f.nm = &nm;
+        else if (cw_k_add_rmsnorm(c, nin->d_h, NULL, nin->d_w, (float *)d_x, G->n_in, G->n_in,
+                                  n_tok, nin->eps, err))
+            return -1;
+    }
     f.e = cudaSuccess;
     cw_k_dispatch(G->type, f);
     CW_CUDA_TRY(err, f.e);
@@ -1606,6 +1782,7 @@ static int moe_down_run(struct cw_cuda *c, const struct cw_k_mat *D, const struc
     f.n_sm = c->info.n_sm;
     f.smem_optin = c->info.smem_optin;
     f.xq_scr = NULL;
+    f.nm = NULL;
     f.e = cudaSuccess;
     cw_k_dispatch(D->type, f);
     CW_CUDA_TRY(err, f.e);
@@ -1619,7 +1796,27 @@ extern "C" int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G,
 {
     if (n_tok > CW_K_GEMV_MAX_TOK)
         return cw_k_moe_gemm_gate_up(c, G, U, d_x, d_ids, K, n_tok, d_act, d_scratch, err);
-    return moe_gate_up_run(c, G, U, NULL, NULL, d_x, d_ids, K, n_tok, d_act, d_scratch, err);
+    return moe_gate_up_run(c, G, U, NULL, NULL, NULL, d_x, d_ids, K, n_tok, d_act, d_scratch,
+                           err);
+}
+
+extern "C" int cw_k_moe_gate_up_norm(struct cw_cuda *c, const struct cw_k_mat *G,
+                                     const struct cw_k_mat *U, const struct cw_k_norm_in *nin,
+                                     float *d_x, const int32_t *d_ids, int K, int64_t n_tok,
+                                     float *d_act, void *d_scratch, struct cw_err *err)
+{
+    if (!nin)
+        return cw_errf(err, CW_ERR_INVALID, "cuda moe_gate_up_norm: no norm");
+    if (n_tok > CW_K_GEMV_MAX_TOK)
+        return check_norm_in(nin, G->n_in, d_x, G->n_in, "moe_gate_up_norm", err) ||
+                       cw_k_add_rmsnorm(c, nin->d_h, NULL, nin->d_w, d_x, G->n_in, G->n_in,
+                                        n_tok, nin->eps, err) ||
+                       cw_k_moe_gemm_gate_up(c, G, U, d_x, d_ids, K, n_tok, d_act, d_scratch,
+                                             err)
+                   ? -1
+                   : 0;
+    return moe_gate_up_run(c, G, U, NULL, NULL, nin, d_x, d_ids, K, n_tok, d_act, d_scratch,
+                           err);
 }
 
 extern "C" int cw_k_moe_down(struct cw_cuda *c, const struct cw_k_mat *D, const float *d_act,
@@ -1661,7 +1858,7 @@ extern "C" int cw_k_moe_gate_up_sh(struct cw_cuda *c, const struct cw_k_mat *G,
         return shared_unfit("moe_gate_up_sh", G, SG, K, n_tok, err);
     if (cw_k_check_mat(SG, "moe_gate_up_sh", err) || cw_k_check_mat(SU, "moe_gate_up_sh", err))
         return -1;
-    return moe_gate_up_run(c, G, U, SG, SU, d_x, d_ids, K, n_tok, d_act, NULL, err);
+    return moe_gate_up_run(c, G, U, SG, SU, NULL, d_x, d_ids, K, n_tok, d_act, NULL, err);
 }
 
 extern "C" int cw_k_moe_down_sh(struct cw_cuda *c, const struct cw_k_mat *D,

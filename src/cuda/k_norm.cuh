@@ -90,28 +90,41 @@ static __device__ void cw_rmsnorm_row(const float *h, const float *w, float *y, 
     __syncthreads(); /* sh is free again */
 }
 
-/* cw_rmsnorm_row with the row first copied into shared memory hs (n
- * floats) by cp.async through L2, all of it in one round trip, with w asked
- * into L1 meanwhile: the loop form above takes a round trip per batch of
- * 2048 values, then one per 1024 to scale, each on the serial tail of the
- * decode kernel that finished h. The same virtual-thread sums in the same
- * order: the same bits. sm_80 on; h 16-byte aligned, n a multiple of 4
- * (cw_norm_epilogue checks). */
+/* Copies the row h (n floats) into shared memory hs and returns its norm's
+ * scale from there: the virtual-thread sums of cw_rmsnorm_row in the same
+ * order, so the same bits. By cp.async through L2, the whole row in one
+ * round trip, where it can (sm_80 on, h 16-byte aligned, n a multiple of
+ * 4), else by loads through L2; w is asked into L1 meanwhile. All B threads
+ * call it; hs is complete on return. The loop form takes a round trip per
+ * batch of 2048 values, then one per 1024 to scale: on the serial tail of
+ * a decode kernel, or at the head of one, that is what counts. */
 template <int B>
-static __device__ void cw_rmsnorm_row_sm(const float *h, const float *w, float *y, int n,
-                                         float eps, double *sh, float *hs)
+static __device__ float cw_norm_stage(const float *h, const float *w, int n, float eps,
+                                      double *sh, float *hs)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     constexpr int NQ = NORM_VTHREADS / B;
     const int tid = threadIdx.x;
-    for (int i = 4 * tid; i < n; i += 4 * B) {
-        const unsigned d = (unsigned)__cvta_generic_to_shared(hs + i);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(h + i) : "memory");
+    bool async = false;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    async = n % 4 == 0 && ((uintptr_t)h & 15) == 0;
+    if (async) {
+        for (int i = 4 * tid; i < n; i += 4 * B) {
+            const unsigned d = (unsigned)__cvta_generic_to_shared(hs + i);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(h + i)
+                         : "memory");
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+    if (!async)
+        for (int i = tid; i < n; i += B)
+            hs[i] = __ldcg(h + i);
     for (int i = 32 * tid; i < n; i += 32 * B)
         asm volatile("prefetch.global.L1 [%0];" ::"l"(w + i));
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if (async)
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
     __syncthreads();
     double acc[NQ];
 #pragma unroll
@@ -121,12 +134,32 @@ static __device__ void cw_rmsnorm_row_sm(const float *h, const float *w, float *
         for (int i = tid + B * q; i < n; i += NORM_VTHREADS)
             acc[q] += (double)(hs[i] * hs[i]);
     }
-    const float scale = cw_norm_scale<B>(acc, n, eps, sh);
+    return cw_norm_scale<B>(acc, n, eps, sh);
+}
+
+/* cw_rmsnorm_row through shared memory hs (n floats): the same bits. */
+template <int B>
+static __device__ void cw_rmsnorm_row_sm(const float *h, const float *w, float *y, int n,
+                                         float eps, double *sh, float *hs)
+{
+    const float scale = cw_norm_stage<B>(h, w, n, eps, sh, hs);
 #pragma unroll 4
-    for (int i = tid; i < n; i += B)
+    for (int i = threadIdx.x; i < n; i += B)
         y[i] = __fmul_rn(__fmul_rn(hs[i], scale), __ldg(w + i));
     __syncthreads(); /* sh and hs are free again */
-#endif
+}
+
+/* The normalised row RMSNorm(h)·w left in shared memory hs (n floats), for a
+ * kernel that reads x as the norm of h (cw_k_norm_in): the same bits. */
+template <int B>
+static __device__ void cw_rmsnorm_row_to_sm(const float *h, const float *w, int n, float eps,
+                                            double *sh, float *hs)
+{
+    const float scale = cw_norm_stage<B>(h, w, n, eps, sh, hs);
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n; i += B)
+        hs[i] = __fmul_rn(__fmul_rn(hs[i], scale), __ldg(w + i));
+    __syncthreads(); /* every value of hs is final */
 }
 
 /* What a decode kernel that finishes h normalises when its last block is

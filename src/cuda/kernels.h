@@ -90,6 +90,30 @@ int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
                       const float *d_x, int64_t ldx, int64_t n_tok, float *const *d_y,
                       const int64_t *ldy, void *d_scratch, struct cw_err *err);
 
+/* x given as the norm of the residual stream, to a launcher that reads x
+ * (the _norm forms below): per token row, x = RMSNorm(h)·w over n_in values,
+ * bit-equal to cw_k_add_rmsnorm without add, computed by the launcher and
+ * written to its d_x for whatever reads x later. Where cw_k_norm_fuses
+ * says so, the launch that quantises x once computes it (no launch and no
+ * serial tail of its own); else a cw_k_add_rmsnorm launch comes first. */
+struct cw_k_norm_in {
+    float *d_h;        /* [n_tok][n_in], packed rows */
+    const float *d_w;  /* [n_in] */
+    float eps;
+};
+
+/* Whether a _norm launcher given scratch computes the norm inside its
+ * launches for n_tok tokens: cw_k_matmul_multi_norm with W among its
+ * matrices (K = 0), cw_k_moe_gate_up_norm of K experts (K = 1 only). */
+bool cw_k_norm_fuses(const struct cw_cuda *c, const struct cw_k_mat *W, int K, int64_t n_tok);
+
+/* cw_k_matmul_multi of x = the norm nin of h (all matrices one width);
+ * d_x [n_tok][ldx] is written, not read. */
+int cw_k_matmul_multi_norm(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
+                           const struct cw_k_norm_in *nin, float *d_x, int64_t ldx,
+                           int64_t n_tok, float *const *d_y, const int64_t *ldy,
+                           void *d_scratch, struct cw_err *err);
+
 /* Whether cw_k_matmul (n_tok <= 32) and cw_k_moe_gate_up with K = 1 of
  * this type and shape multiply x quantised to Q8_K as the CPU does, with
  * results bit-equal to the CPU's vec_dot (k_gemv.cu: Q4_K/Q5_K/Q6_K of at
@@ -118,6 +142,13 @@ size_t cw_k_matmul_scratch(const struct cw_k_mat *W, int64_t n_tok);
 int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G, const struct cw_k_mat *U,
                      const float *d_x, const int32_t *d_ids, int K, int64_t n_tok,
                      float *d_act, void *d_scratch, struct cw_err *err);
+
+/* cw_k_moe_gate_up of x = the norm nin of h; d_x [n_tok][G->n_in] is
+ * written, not read. */
+int cw_k_moe_gate_up_norm(struct cw_cuda *c, const struct cw_k_mat *G, const struct cw_k_mat *U,
+                          const struct cw_k_norm_in *nin, float *d_x, const int32_t *d_ids,
+                          int K, int64_t n_tok, float *d_act, void *d_scratch,
+                          struct cw_err *err);
 
 /* Routed experts' down projection, weighted sum and residual add:
  *   h[t][r] += Σ_k d_wts[t*K+k] · (D_{ids[t*K+k]}[r] · act[t*K+k])

@@ -377,6 +377,108 @@ static void check_add_norm(enum cw_qtype type, int64_t n_in, int64_t n_out)
     free(x), free(h0), free(nw), free(a), free(b), free(ya), free(yb);
 }
 
+/* x given as the norm of h (cw_k_norm_in): cw_k_matmul_multi_norm and
+ * cw_k_moe_gate_up_norm (K = 1) give every output, and the x they write,
+ * bit-equal to cw_k_add_rmsnorm then the plain launcher, and leave h as it
+ * was: with the norm inside the launch that quantises x once (1, 3, 9
+ * tokens where cw_k_norm_fuses, which is asserted from 8 blocks of 256 on)
+ * and as a launch of its own (40 tokens; no scratch; narrower x). The
+ * multi puts an f32-path matrix first and a second Q8_K type after the
+ * fused group: both read the x that group wrote. */
+static void check_norm_in(enum cw_qtype tq, int64_t n_in)
+{
+    enum { N = 4, NT = 40 };
+    const enum cw_qtype t2 = tq == CW_TYPE_Q4_K ? CW_TYPE_Q6_K : CW_TYPE_Q4_K;
+    const enum cw_qtype ty[N] = {CW_TYPE_Q4_K, tq, t2, CW_TYPE_F32};
+    static const int64_t rows[N] = {100, 48, 33, 5}; /* f32 x, Q8_K, Q8_K, f32 type */
+    struct hmat m[N], u;
+    struct cw_k_mat W[N], U;
+    const struct cw_k_mat *Wp[N];
+    float *dy[N], *dr[N];
+    int64_t ldy[N];
+    for (int i = 0; i < N; i++) {
+        hmat_make(&m[i], ty[i], n_in, rows[i]);
+        void *d = dalloc(m[i].rb * rows[i]);
+        up(d, m[i].q, m[i].rb * rows[i]);
+        W[i] = (struct cw_k_mat){ty[i], d, m[i].rb, 0, n_in, rows[i]};
+        Wp[i] = &W[i];
+        ldy[i] = rows[i];
+        dy[i] = dalloc(sizeof(float) * rows[i] * NT);
+        dr[i] = dalloc(sizeof(float) * rows[i] * NT);
+    }
+    hmat_make(&u, tq, n_in, rows[1]);
+    void *du = dalloc(u.rb * rows[1]);
+    up(du, u.q, u.rb * rows[1]);
+    U = (struct cw_k_mat){tq, du, u.rb, 0, n_in, rows[1]};
+    const int fuses = cw_k_norm_fuses(C, &W[1], 0, 1) && cw_k_norm_fuses(C, &W[1], 1, 1);
+    size_t ns = cw_k_moe_scratch(&W[1], 1, 1, NT);
+    for (int i = 0; i < N; i++)
+        if (cw_k_matmul_scratch(&W[i], NT) > ns)
+            ns = cw_k_matmul_scratch(&W[i], NT);
+    void *scr = dalloc(ns);
+    float *h = malloc(sizeof(float) * n_in * NT), *nw = malloc(sizeof(float) * n_in);
+    float *a = malloc(sizeof(float) * n_in * NT), *b = malloc(sizeof(float) * n_in * NT);
+    fill_x(h, n_in * NT);
+    for (int64_t i = 0; i < n_in; i++)
+        nw[i] = 1.0f + 0.1f * gauss();
+    float *dh = dalloc(sizeof(float) * n_in * NT), *dnw = dalloc(sizeof(float) * n_in);
+    float *dx = dalloc(sizeof(float) * n_in * NT), *dxr = dalloc(sizeof(float) * n_in * NT);
+    int32_t zero[NT] = {0};
+    int32_t *dz = dalloc(sizeof zero);
+    up(dz, zero, sizeof zero);
+    up(dh, h, sizeof(float) * n_in * NT);
+    up(dnw, nw, sizeof(float) * n_in);
+    const struct cw_k_norm_in nin = {dh, dnw, 1e-6f};
+    static const int nts[] = {1, 3, 9, NT, 1};
+    int same = 1, hsame = 1;
+    for (int k = 0; k < 5; k++) {
+        const int nt = nts[k];
+        void *sc = k == 4 ? NULL : scr; /* the last: no scratch, so no fusion */
+        CK(cw_k_add_rmsnorm(C, dh, NULL, dnw, dxr, n_in, n_in, nt, 1e-6f, &E));
+        CK(cw_k_matmul_multi(C, N, Wp, dxr, n_in, nt, dr, ldy, sc, &E));
+        CK(cw_k_matmul_multi_norm(C, N, Wp, &nin, dx, n_in, nt, dy, ldy, sc, &E));
+        down(a, dx, sizeof(float) * n_in * nt);
+        down(b, dxr, sizeof(float) * n_in * nt);
+        same &= !memcmp(a, b, sizeof(float) * n_in * nt);
+        for (int i = 0; i < N; i++) {
+            down(a, dy[i], sizeof(float) * rows[i] * nt);
+            down(b, dr[i], sizeof(float) * rows[i] * nt);
+            same &= !memcmp(a, b, sizeof(float) * rows[i] * nt);
+        }
+        /* the K = 1 gate/up: act [nt][48] */
+        CK(cw_k_moe_gate_up(C, &W[1], &U, dxr, dz, 1, nt, dr[1], sc, &E));
+        CK(cw_cuda_memset(C, dx, 0, sizeof(float) * n_in * nt, &E));
+        CK(cw_k_moe_gate_up_norm(C, &W[1], &U, &nin, dx, dz, 1, nt, dy[1], sc, &E));
+        down(a, dy[1], sizeof(float) * rows[1] * nt);
+        down(b, dr[1], sizeof(float) * rows[1] * nt);
+        same &= !memcmp(a, b, sizeof(float) * rows[1] * nt);
+        down(a, dx, sizeof(float) * n_in * nt);
+        down(b, dxr, sizeof(float) * n_in * nt);
+        same &= !memcmp(a, b, sizeof(float) * n_in * nt);
+        down(a, dh, sizeof(float) * n_in * nt);
+        hsame &= !memcmp(a, h, sizeof(float) * n_in * nt);
+    }
+    ok(same && hsame && fuses == (n_in >= 2048),
+       "x as the norm of h, %s x %lld (norm %s): matmul_multi_norm (q4_K f32 path, %s, %s, f32) "
+       "and the K = 1 gate_up_norm at 1, 3, 9, 40 tokens and without scratch: x and every "
+       "output bit-equal to add_rmsnorm + the plain launcher, h untouched", cw_qtype_name(tq),
+       (long long)n_in, fuses ? "fused" : "its own launch", cw_qtype_name(tq),
+       cw_qtype_name(t2));
+    struct cw_k_norm_in bad = nin;
+    bad.d_w = NULL;
+    ok(cw_k_matmul_multi_norm(C, N, Wp, &bad, dx, n_in, 1, dy, ldy, scr, &E) == -1 &&
+           cw_k_moe_gate_up_norm(C, &W[1], &U, NULL, dx, dz, 1, 1, dy[1], scr, &E) == -1,
+       "a norm without weights, or none, refused: %s", E.msg);
+    for (int i = 0; i < N; i++) {
+        cw_cuda_free(C, (void *)W[i].d_w), cw_cuda_free(C, dy[i]), cw_cuda_free(C, dr[i]);
+        hmat_free(&m[i]);
+    }
+    hmat_free(&u);
+    cw_cuda_free(C, du), cw_cuda_free(C, scr), cw_cuda_free(C, dh), cw_cuda_free(C, dnw);
+    cw_cuda_free(C, dx), cw_cuda_free(C, dxr), cw_cuda_free(C, dz);
+    free(h), free(nw), free(a), free(b);
+}
+
 /* The Q8_K quantiser's corner cases, bit-equal to the CPU's: an all-zero
  * block (d = 0), ties of |x| between signs (the first wins, so the scale's
  * sign follows it), a block of equal values, and q rounded to even at .5. */
@@ -1023,6 +1125,9 @@ int main(void)
     check_add_norm(CW_TYPE_Q8_0, 512, 2048);  /* a staged-x format */
     check_add_norm(CW_TYPE_Q6_K, 17408, 5120); /* the 27B's ffn_down */
     check_add_norm(CW_TYPE_Q4_K, 512, 1030);   /* n % 4 != 0: the epilogue's loop form */
+    check_norm_in(CW_TYPE_Q4_K, 2048); /* the 35B's mixer input */
+    check_norm_in(CW_TYPE_Q6_K, 5120); /* the 27B's */
+    check_norm_in(CW_TYPE_Q4_K, 1536); /* x too narrow to quantise once: a norm launch */
     for (int i = 0; i < N_TYPES; i++)
         test_type(TYPES[i]);
     check_moe(CW_TYPE_Q4_K, CW_TYPE_Q6_K, 1, 512, 8);
