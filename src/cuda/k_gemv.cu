@@ -288,7 +288,18 @@ static __device__ __forceinline__ void mv_dot(const uint8_t *const *rows, const 
 /* XQB items per warp in flight: a long row's x arrives in a few round
  * trips, not one per 256 elements */
 #define XQB 4
-template <class T, bool SM = false> /* SM: x in shared memory (else global, read through L1) */
+/* Where byte pos of block b's copy goes in the rotated layout (ROT: for
+ * gemv_lpb_kernel, whose 8 lanes read 8 different blocks' granule p at
+ * once): granules 0-7 and 8-15 each turned by b, so those reads hit 8
+ * distinct bank groups. */
+static __device__ __forceinline__ int xq_rot(int pos, int b)
+{
+    const int g = pos >> 4;
+    return (((g & 8) | ((g + b) & 7)) << 4) | (pos & 15);
+}
+
+/* SM: x in shared memory (else global, read through L1); ROT: xq_rot's layout */
+template <class T, bool SM = false, bool ROT = false>
 static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int nt, int nb,
                                                uint8_t *xq, int warp, int nw)
 {
@@ -347,7 +358,8 @@ static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int 
         }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1); /* bsum of 16: lanes 2g, 2g+1 */
         uint8_t *q = xq + t * tb;
-        *(uint2 *)(q + 256 * b + I::xq_pos(8 * lane)) = make_uint2(w[0], w[1]);
+        const int pos = ROT ? xq_rot(I::xq_pos(8 * lane), b) : I::xq_pos(8 * lane);
+        *(uint2 *)(q + 256 * b + pos) = make_uint2(w[0], w[1]);
         if (!(lane & 1))
             ((int16_t *)(q + 256 * nb))[16 * b + (lane >> 1)] = (int16_t)sum;
         if (lane == 0)
@@ -357,11 +369,11 @@ static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int 
 }
 
 /* xq_rows by the warps of one block: its own copy in shared memory. */
-template <class T>
+template <class T, bool ROT = false>
 static __device__ __forceinline__ void xq_stage(const float *x, int64_t ldx, int nt, int nb,
                                                 uint8_t *xq)
 {
-    xq_rows<T>(x, ldx, nt, nb, xq, threadIdx.x >> 5, blockDim.x >> 5);
+    xq_rows<T, false, ROT>(x, ldx, nt, nb, xq, threadIdx.x >> 5, blockDim.x >> 5);
 }
 
 /* Wide x quantised once (xq_once): xq_kernel writes nt tokens' Q8_K copies
@@ -370,14 +382,15 @@ static __device__ __forceinline__ void xq_stage(const float *x, int64_t ldx, int
  * shared memory (xq_load) instead of quantising x itself: for a 17408-wide
  * x that is 20 KB read per block instead of 68 KB read and quantised. */
 #define XQ_THREADS 128
-template <class T>
+template <class T, bool ROT>
 static __global__ void __launch_bounds__(XQ_THREADS)
     xq_kernel(const float *x, int64_t ldx, int nt, int nb, uint8_t *xq)
 {
     cw_pdl_wait();
     cw_pdl_launch_dependents();
     constexpr int nw = XQ_THREADS / 32;
-    xq_rows<T>(x, ldx, nt, nb, xq, (int)blockIdx.x * nw + (threadIdx.x >> 5), (int)gridDim.x * nw);
+    xq_rows<T, false, ROT>(x, ldx, nt, nb, xq, (int)blockIdx.x * nw + (threadIdx.x >> 5),
+                           (int)gridDim.x * nw);
 }
 
 /* x given as the norm of the residual stream (cw_k_norm_in): xq_kernel's
@@ -399,7 +412,7 @@ struct xq_norm {
  * block, after all the others) runs here beside the quantisation, and
  * nothing reads y back before the quantisation. */
 #define XQN_THREADS 256 /* each block reduces the whole row: more threads, shorter chains */
-template <class T, int B>
+template <class T, int B, bool ROT>
 static __global__ void __launch_bounds__(B) xqn_kernel(const xq_norm nm, int nb, uint8_t *xq)
 {
     extern __shared__ __align__(16) uint8_t smem[];
@@ -416,7 +429,7 @@ static __global__ void __launch_bounds__(B) xqn_kernel(const xq_norm nm, int nb,
     for (int i0 = (int)blockIdx.x * nw; i0 < nb; i0 += nw * (int)gridDim.x)
         for (int i = i0 * T::QK + (int)threadIdx.x; i < min(i0 + nw, nb) * T::QK; i += B)
             y[i] = hs[i];
-    xq_rows<T, true>(hs, 0, 1, nb, xq + t * kq_xq_bytes(nb),
+    xq_rows<T, true, ROT>(hs, 0, 1, nb, xq + t * kq_xq_bytes(nb),
                      (int)blockIdx.x * nw + (threadIdx.x >> 5), (int)gridDim.x * nw);
 }
 
@@ -576,6 +589,16 @@ static __device__ __forceinline__ const uint8_t *mv_row(const mv_args &a, int64_
     return a.seg[s].w + (size_t)(row - (s ? a.seg[s - 1].end : 0)) * a.seg[s].rb;
 }
 
+/* Stores the product v of launch row `row` for token t: σ-scaled, added. */
+static __device__ __forceinline__ void mv_put(const mv_args &a, int64_t row, int t, float v)
+{
+    if (a.scale_logit)
+        v = __fmul_rn(v, cw_dev_sigmoid(a.scale_logit[t]));
+    const int sg = mv_seg_of(a, row);
+    float *yp = a.seg[sg].y + t * a.seg[sg].ldy + row - (sg ? a.seg[sg - 1].end : 0);
+    *yp = a.add ? __fadd_rn(*yp, v) : v;
+}
+
 /* Dense rows: each warp RR rows × NT tokens; rows past n_out repeat the last
  * row and tokens past nt repeat token 0 (computed, never written), so the
  * loops carry no predicates. The block stages x once (SX) and then walks
@@ -645,15 +668,111 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a
         for (int r = 0; r < RR; r++)
 #pragma unroll
             for (int t = 0; t < NT; t++)
-                if (lane == r * NT + t && row0 + r < a.n_out && t < a.nt) {
-                    float v = acc[r][t];
-                    if (a.scale_logit)
-                        v = __fmul_rn(v, cw_dev_sigmoid(a.scale_logit[t]));
-                    const int sg = mv_seg_of(a, row0 + r);
-                    float *yp = a.seg[sg].y + t * a.seg[sg].ldy + row0 + r -
-                                (sg ? a.seg[sg - 1].end : 0);
-                    *yp = a.add ? __fadd_rn(*yp, v) : v;
-                }
+                if (lane == r * NT + t && row0 + r < a.n_out && t < a.nt)
+                    mv_put(a, row0 + r, t, acc[r][t]);
+    }
+    cw_norm_epilogue<WARPS * 32>(a.epi, a.seg[0].y, a.seg[0].ldy, a.nt, smem);
+}
+
+/* The Q4_K/Q5_K products on Q8_K x, one lane per 256-block (lpb_use): a
+ * warp's 32 lanes are 4 groups of 8, one row each; lane j of a group takes
+ * the row's blocks j, j+8, j+16, ... whole (its 8 units in turn, their
+ * integer shares summed in the lane: exact, so the block's sumi and summ
+ * are the CPU's), forms each block's value v_b as the CPU does (I::comb)
+ * and adds it to its own sum in block order. That sum is the CPU's
+ * accumulator slot b mod 8 = j (cpu_dot.h), and cw_reduce8's tree over the
+ * 8 slots is the butterfly xor 4, 2, 1 over the group's lanes: the CPU's
+ * bits, as mv_dot_q8k. Against mv_dot_q8k (8 lanes per block, a butterfly
+ * and a combination per block and lane) the per-block work is done once,
+ * and each lane asks for 144 (176) bytes of weights at once. x: the
+ * rotated copy (xq_rot), so the group's 8 lanes read 8 bank groups. */
+template <class T, int NT>
+static __device__ __forceinline__ void mv_dot_q8k_lpb(const uint8_t *row,
+                                                      const uint8_t *const *xq, int nb, int j,
+                                                      float (&acc)[NT])
+{
+    typedef kq_q8k<T> I;
+    float sl[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        sl[t] = 0.0f;
+    for (int b = j; b < nb; b += 8) {
+        const uint8_t *bp = row + (size_t)b * T::BB;
+        int2 sb[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            sb[t] = make_int2(0, 0);
+        kq_iu u;
+#pragma unroll
+        for (int p = 0; p < 8; p++) {
+            I::unit(bp, p, u);
+            const int gq = (p + b) & 7; /* granule p of block b, rotated */
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const uint8_t *qb = xq[t] + 256 * b;
+                const uint4 xa = *(const uint4 *)(qb + 16 * gq);
+                const uint4 xb = *(const uint4 *)(qb + 16 * (8 + gq));
+                const int16_t *bs = (const int16_t *)(xq[t] + 256 * nb) + 16 * b;
+                const int2 d = I::dot(u, xa, xb, bs, p);
+                sb[t].x += d.x, sb[t].y += d.y;
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float dx = ((const float *)(xq[t] + 288 * nb))[b];
+            sl[t] = __fadd_rn(sl[t], I::comb(u, dx, sb[t]));
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float v = sl[t];
+        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 4));
+        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 2));
+        acc[t] = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    }
+}
+
+/* gemv_kernel's Q8K path with mv_dot_q8k_lpb: LPB_ROWS rows per warp, the
+ * block's x copy (xq_load, or xq_stage rotated), row groups walked as a
+ * persistent grid; lane j of group g writes (row g, token j). */
+#define LPB_ROWS 4
+template <class T, int NT>
+static __global__ void __launch_bounds__(WARPS * 32) gemv_lpb_kernel(const mv_args a)
+{
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 3, j = lane & 7;
+    const int64_t n_grp = (a.n_out + WARPS * LPB_ROWS - 1) / (WARPS * LPB_ROWS);
+    {
+        /* this lane's blocks of its first row, asked for before the wait */
+        const int64_t row = ((int64_t)blockIdx.x * WARPS + warp) * LPB_ROWS + g;
+        if (row < a.n_out) {
+            const uint8_t *p = mv_row(a, row);
+            for (int b = j; b < a.nb; b += 8)
+                for (int o = 0; o < T::BB; o += 128)
+                    asm volatile("prefetch.global.L1 [%0];" ::"l"(p + (size_t)b * T::BB + o));
+        }
+    }
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    if (a.xqg)
+        xq_load(a.xqg, a.nt * kq_xq_bytes(a.nb), smem);
+    else
+        xq_stage<T, true>(a.x, a.ldx, a.nt, a.nb, smem);
+    __syncthreads();
+    const uint8_t *xq[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        xq[t] = smem + (t < a.nt ? t : 0) * kq_xq_bytes(a.nb);
+    for (int64_t gr = blockIdx.x; gr < n_grp; gr += gridDim.x) {
+        const int64_t row0 = (gr * WARPS + warp) * LPB_ROWS;
+        if (row0 >= a.n_out)
+            break; /* later groups lie further still */
+        float acc[NT];
+        mv_dot_q8k_lpb<T, NT>(mv_row(a, min(row0 + g, a.n_out - 1)), xq, a.nb, j, acc);
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (j == t && row0 + g < a.n_out && t < a.nt)
+                mv_put(a, row0 + g, t, acc[t]);
     }
     cw_norm_epilogue<WARPS * 32>(a.epi, a.seg[0].y, a.seg[0].ldy, a.nt, smem);
 }
@@ -1096,6 +1215,14 @@ constexpr bool use_sx()
     return !T::DIRECT && T::XP == 32;
 }
 
+/* Whether a Q8_K product of this type runs one lane per block
+ * (gemv_lpb_kernel): the formats whose blocks start 16-byte aligned. */
+template <class T>
+constexpr bool lpb_use()
+{
+    return kq_q8k<T>::ON && T::DIRECT;
+}
+
 /* Whether a product of this type and shape multiplies x quantised to Q8_K
  * (the kq_q8k types whose one-token copy fits XS_MAX): matrices of
  * n_out >= 16 n_sm rows (the 27B's, the LM heads), and those of at most 64
@@ -1158,8 +1285,8 @@ static bool xqn_fits(int64_t n_in)
 
 /* Launches xq_kernel: n_tok tokens of x (row stride ldx) into xq; or, with
  * nm, xqn_kernel: x as the norm of nm's h, also written to nm's y (the
- * caller checked xqn_fits). */
-template <class T>
+ * caller checked xqn_fits). ROT: the layout of gemv_lpb_kernel (xq_rot). */
+template <class T, bool ROT>
 static cudaError_t xq_launch(cudaStream_t s, bool pdl, const float *x, int64_t ldx, int64_t n_tok,
                              int nb, uint8_t *xq, const xq_norm *nm)
 {
@@ -1169,17 +1296,17 @@ static cudaError_t xq_launch(cudaStream_t s, bool pdl, const float *x, int64_t l
         const size_t smem = (size_t)nb * T::QK * sizeof(float);
         cudaError_t e;
         if (smem > (48 << 10) &&
-            (e = cudaFuncSetAttribute((const void *)xqn_kernel<T, B>,
+            (e = cudaFuncSetAttribute((const void *)xqn_kernel<T, B, ROT>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) !=
                 cudaSuccess)
             return e;
-        return cw_launch(s, pdl, xqn_kernel<T, B>,
+        return cw_launch(s, pdl, xqn_kernel<T, B, ROT>,
                          dim3((unsigned)((nb + pern - 1) / pern), (unsigned)n_tok), dim3(B),
                          smem, *nm, nb, xq);
     }
     const int64_t per = XQB * (XQ_THREADS / 32);
     const int64_t items = n_tok * nb;
-    return cw_launch(s, pdl, xq_kernel<T>, dim3((unsigned)((items + per - 1) / per)),
+    return cw_launch(s, pdl, xq_kernel<T, ROT>, dim3((unsigned)((items + per - 1) / per)),
                      dim3(XQ_THREADS), 0, x, ldx, (int)n_tok, nb, xq);
 }
 
@@ -1259,8 +1386,17 @@ struct gemv_launch {
         e = launch_k(gemv_kernel<T, RR, NT, SX, Q8K>, dim3(grp), SX, WARPS * 32, smem, s, pdl, a,
                      n_sm);
     }
+    template <class T, int NT>
+    void lpb_one(size_t ql)
+    {
+        size_t smem = ql * a.nt;
+        smem = smem > cw_norm_epi_smem(a.epi) ? smem : cw_norm_epi_smem(a.epi);
+        unsigned grp = (unsigned)((a.n_out + WARPS * LPB_ROWS - 1) / (WARPS * LPB_ROWS));
+        e = launch_k(gemv_lpb_kernel<T, NT>, dim3(grp), 1, WARPS * 32, smem, s, pdl, a, n_sm);
+    }
     /* The Q8_K types (kq_q8k): x quantised per block in shared memory, by
-     * groups of the largest of 8, 4, 2, 1 tokens that fit XS_MAX; short
+     * groups of the largest of 8, 4, 2, 1 tokens that fit XS_MAX; Q4_K and
+     * Q5_K one lane per block (lpb_use), Q6_K 8 lanes per block, short
      * launches one row per warp up to 2 tokens (as the f32 path); false
      * (the f32 path) where q8k_use says no for this launch's matrices
      * (cw_k_matmul_multi groups them by that answer). */
@@ -1279,7 +1415,9 @@ struct gemv_launch {
             e = cudaErrorInvalidValue;
             return true;
         }
-        e = once ? xq_launch<T>(s, pdl, x0, a.ldx, n_tok, a.nb, xq_scr, nm) : cudaSuccess;
+        constexpr bool lpb = lpb_use<T>();
+        (void)r1; /* lpb: one group of rows per warp whatever the count */
+        e = once ? xq_launch<T, lpb>(s, pdl, x0, a.ldx, n_tok, a.nb, xq_scr, nm) : cudaSuccess;
         for (int64_t t0 = 0; t0 < n_tok && e == cudaSuccess; t0 += ntg) {
             a.nt = (int)(n_tok - t0 < ntg ? n_tok - t0 : ntg);
             a.x = x0 + t0 * a.ldx;
@@ -1289,7 +1427,16 @@ struct gemv_launch {
             if (a.epi.w)
                 a.epi.y = epi_y0 + t0 * a.epi.ldy;
             a.scale_logit = sl0 ? sl0 + t0 : NULL;
-            if (a.nt == 1)
+            if constexpr (lpb) {
+                if (a.nt == 1)
+                    lpb_one<T, 1>(ql);
+                else if (a.nt == 2)
+                    lpb_one<T, 2>(ql);
+                else if (a.nt <= 4)
+                    lpb_one<T, 4>(ql);
+                else
+                    lpb_one<T, 8>(ql);
+            } else if (a.nt == 1)
                 r1 ? one<T, 1, 1, true, true>(ql) : one<T, 2, 1, true, true>(ql);
             else if (a.nt == 2)
                 r1 ? one<T, 1, 2, true, true>(ql) : one<T, 2, 2, true, true>(ql);
@@ -1396,7 +1543,7 @@ struct moe_launch {
             size_t smem = wstage_bytes<T, 2, MW>() + (size_t)kq_xq_bytes(a.nb);
             if constexpr (kq_q8k<T>::ON) {
                 const bool once = xq_scr && xq_once(a.nb);
-                e = once ? xq_launch<T>(s, pdl, a.x, n_in, n_tok, a.nb, xq_scr, nm)
+                e = once ? xq_launch<T, false>(s, pdl, a.x, n_in, n_tok, a.nb, xq_scr, nm)
                     : nm ? cudaErrorInvalidValue /* norm_fuses said yes: not reached */
                          : cudaSuccess;
                 a.xqg = once ? xq_scr : NULL;
