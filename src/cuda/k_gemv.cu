@@ -886,7 +886,8 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_kernel(const moe_a
     }
 }
 
-/* The Q8_K types with K == 1 (the dense FFN's gate and up where q8k_use says so):
+/* The Q8_K types with K == 1 (the dense FFN's gate and up where q8k_use
+ * says so; Q4_K/Q5_K take moe_gate_up_lpb_kernel below):
  * the block quantises the pair's token once (xq_stage) and walks row
  * groups (persistent grid.x); each warp a row's gate and up as
  * mv_dot_q8k's two rows, so g and u are the bits cw_k_matmul gives (the
@@ -928,6 +929,50 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_q8k_kernel(const m
         if (lane == 0) {
             float gv = acc[0][0];
             a.y[pair * a.n_out + r] = __fmul_rn(gv / (1.0f + expf(-gv)), acc[1][0]);
+        }
+    }
+}
+
+/* moe_gate_up_q8k_kernel one lane per block (lpb_use): each warp takes
+ * two rows at a time, its groups of 8 lanes the gate row, the up row, the
+ * next gate row and the next up row (mv_dot_q8k_lpb: the bits cw_k_matmul
+ * gives); the up value comes across by one shuffle. x: the rotated copy. */
+template <class T>
+static __global__ void __launch_bounds__(MW * 32) moe_gate_up_lpb_kernel(const moe_args a)
+{
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 3, j = lane & 7;
+    const int64_t pair = blockIdx.y, step = (int64_t)gridDim.x * MW * 2;
+    const int64_t rb0 = ((int64_t)blockIdx.x * MW + warp) * 2;
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    const int e = a.ids[pair];
+    if (e < 0) {
+        for (int64_t r = rb0 + (g >> 1); r < a.n_out; r += step)
+            if (j == 0 && !(g & 1))
+                a.y[pair * a.n_out + r] = 0.0f;
+        return; /* the whole block: one pair */
+    }
+    const uint8_t *w = ((g & 1) ? a.u : a.g) + (size_t)e * a.eb;
+    if (rb0 + (g >> 1) < a.n_out)
+        for (int b = j; b < a.nb; b += 8)
+            for (int o = 0; o < T::BB; o += 128)
+                asm volatile("prefetch.global.L1 [%0];" ::"l"(w + (size_t)(rb0 + (g >> 1)) * a.rb +
+                                                              (size_t)b * T::BB + o));
+    if (a.xqg)
+        xq_load(a.xqg + pair * kq_xq_bytes(a.nb), kq_xq_bytes(a.nb), smem);
+    else
+        xq_stage<T, true>(a.x + (pair / a.K) * (int64_t)a.nb * T::QK, 0, 1, a.nb, smem);
+    __syncthreads();
+    const uint8_t *xs[1] = {smem};
+    for (int64_t rb = rb0; rb < a.n_out; rb += step) {
+        const int64_t r = rb + (g >> 1);
+        float acc[1];
+        mv_dot_q8k_lpb<T, 1>(w + (size_t)min(r, a.n_out - 1) * a.rb, xs, a.nb, j, acc);
+        const float uv = __shfl_down_sync(0xffffffffu, acc[0], 8); /* group g+1's: the up row */
+        if (j == 0 && !(g & 1) && r < a.n_out) {
+            const float gv = acc[0];
+            a.y[pair * a.n_out + r] = __fmul_rn(gv / (1.0f + expf(-gv)), uv);
         }
     }
 }
@@ -1539,17 +1584,25 @@ struct moe_launch {
                          ws > cw_norm_epi_smem(a.epi) ? ws : cw_norm_epi_smem(a.epi), s, pdl, a,
                          n_sm);
         } else if (a.K == 1 && a.S == 1 && q8k_use<T>(a.n_out, a.nb, n_sm)) {
-            dim3 grid((unsigned)((a.n_out + MW - 1) / MW), (unsigned)n_tok);
-            size_t smem = wstage_bytes<T, 2, MW>() + (size_t)kq_xq_bytes(a.nb);
             if constexpr (kq_q8k<T>::ON) {
+                constexpr bool lpb = lpb_use<T>();
                 const bool once = xq_scr && xq_once(a.nb);
-                e = once ? xq_launch<T, false>(s, pdl, a.x, n_in, n_tok, a.nb, xq_scr, nm)
+                e = once ? xq_launch<T, lpb>(s, pdl, a.x, n_in, n_tok, a.nb, xq_scr, nm)
                     : nm ? cudaErrorInvalidValue /* norm_fuses said yes: not reached */
                          : cudaSuccess;
                 a.xqg = once ? xq_scr : NULL;
-                if (e == cudaSuccess)
-                    e = launch_k(moe_gate_up_q8k_kernel<T>, grid, 1, MW * 32, smem, s, pdl, a,
-                                 n_sm);
+                const size_t ql = (size_t)kq_xq_bytes(a.nb);
+                if (e != cudaSuccess)
+                    return 0;
+                if constexpr (lpb)
+                    e = launch_k(moe_gate_up_lpb_kernel<T>,
+                                 dim3((unsigned)((a.n_out + 2 * MW - 1) / (2 * MW)),
+                                      (unsigned)n_tok),
+                                 1, MW * 32, ql, s, pdl, a, n_sm);
+                else
+                    e = launch_k(moe_gate_up_q8k_kernel<T>,
+                                 dim3((unsigned)((a.n_out + MW - 1) / MW), (unsigned)n_tok), 1,
+                                 MW * 32, wstage_bytes<T, 2, MW>() + ql, s, pdl, a, n_sm);
             }
         } else {
             dim3 grid((unsigned)((a.n_out + MW - 1) / MW), (unsigned)(n_tok * a.S));
