@@ -90,6 +90,35 @@ static cudaError_t cw_launch(cudaStream_t s, bool pdl, void (*k)(P...), dim3 gri
     } while (0)
 
 /* Sum over a warp, in a fixed butterfly order (deterministic). */
+/* 16 bytes global -> shared by cp.async (sm_80+; both 16-byte aligned): no
+ * register round trip, every copy in flight at once; committed in groups
+ * (cw_cp_commit) and waited for per thread (cw_cp_wait<N>: all but the N
+ * newest groups landed). Below sm_80 a plain copy and no-ops. */
+static __device__ __forceinline__ void cw_cp16(void *dst, const void *src)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+#else
+    *(uint4 *)dst = *(const uint4 *)src;
+#endif
+}
+
+static __device__ __forceinline__ void cw_cp_commit(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int N>
+static __device__ __forceinline__ void cw_cp_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
 static __device__ __forceinline__ float cw_warp_sum(float v)
 {
 #pragma unroll

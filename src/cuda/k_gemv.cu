@@ -571,6 +571,7 @@ struct mv_args {
     cw_k_tabs tabs;
     cw_norm_epi epi; /* one segment: its rows of this group normalised after */
     const uint8_t *xqg; /* Q8K: this group's Q8_K x from xq_kernel, or NULL */
+    int fr; /* gemv_flat_kernel: rows per group */
 };
 
 /* Segment of launch row `row` (< a.n_out), and the row's bytes. */
@@ -674,6 +675,49 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a
     cw_norm_epilogue<WARPS * 32>(a.epi, a.seg[0].y, a.seg[0].ldy, a.nt, smem);
 }
 
+/* Block b's value v_b (I::comb of its integer shares, summed in the lane)
+ * for each of NT tokens: the per-block step of mv_dot_q8k_lpb and of the
+ * flat kernels. bp: the block's bytes, in global memory or (SM) shared. */
+template <class T, int NT, bool SM = false>
+static __device__ __forceinline__ void lpb_block(const uint8_t *bp, const uint8_t *const *xq,
+                                                 int nb, int b, float (&v)[NT])
+{
+    typedef kq_q8k<T> I;
+    int2 sb[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        sb[t] = make_int2(0, 0);
+    kq_iu u;
+#pragma unroll
+    for (int p = 0; p < 8; p++) {
+        I::template unit<SM>(bp, p, u);
+        const int gq = (p + b) & 7; /* granule p of block b, rotated */
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *qb = xq[t] + 256 * b;
+            const uint4 xa = *(const uint4 *)(qb + 16 * gq);
+            const uint4 xb = *(const uint4 *)(qb + 16 * (8 + gq));
+            const int16_t *bs = (const int16_t *)(xq[t] + 256 * nb) + 16 * b;
+            const int2 d = I::dot(u, xa, xb, bs, p);
+            sb[t].x += d.x, sb[t].y += d.y;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float dx = ((const float *)(xq[t] + 288 * nb))[b];
+        v[t] = I::comb(u, dx, sb[t]);
+    }
+}
+
+/* cw_reduce8's tree over 8 slots held by lanes 8k..8k+7 (slot = lane & 7):
+ * the butterfly xor 4, 2, 1. All 32 lanes call it. */
+static __device__ __forceinline__ float lpb_reduce8(float v)
+{
+    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 4));
+    v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    return __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 1));
+}
+
 /* The Q4_K/Q5_K products on Q8_K x, one lane per 256-block (lpb_use): a
  * warp's 32 lanes are 4 groups of 8, one row each; lane j of a group takes
  * the row's blocks j, j+8, j+16, ... whole (its 8 units in turn, their
@@ -691,45 +735,20 @@ static __device__ __forceinline__ void mv_dot_q8k_lpb(const uint8_t *row,
                                                       const uint8_t *const *xq, int nb, int j,
                                                       float (&acc)[NT])
 {
-    typedef kq_q8k<T> I;
     float sl[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++)
         sl[t] = 0.0f;
     for (int b = j; b < nb; b += 8) {
-        const uint8_t *bp = row + (size_t)b * T::BB;
-        int2 sb[NT];
+        float v[NT];
+        lpb_block<T, NT>(row + (size_t)b * T::BB, xq, nb, b, v);
 #pragma unroll
         for (int t = 0; t < NT; t++)
-            sb[t] = make_int2(0, 0);
-        kq_iu u;
-#pragma unroll
-        for (int p = 0; p < 8; p++) {
-            I::unit(bp, p, u);
-            const int gq = (p + b) & 7; /* granule p of block b, rotated */
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                const uint8_t *qb = xq[t] + 256 * b;
-                const uint4 xa = *(const uint4 *)(qb + 16 * gq);
-                const uint4 xb = *(const uint4 *)(qb + 16 * (8 + gq));
-                const int16_t *bs = (const int16_t *)(xq[t] + 256 * nb) + 16 * b;
-                const int2 d = I::dot(u, xa, xb, bs, p);
-                sb[t].x += d.x, sb[t].y += d.y;
-            }
-        }
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const float dx = ((const float *)(xq[t] + 288 * nb))[b];
-            sl[t] = __fadd_rn(sl[t], I::comb(u, dx, sb[t]));
-        }
+            sl[t] = __fadd_rn(sl[t], v[t]);
     }
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        float v = sl[t];
-        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 4));
-        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 2));
-        acc[t] = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 1));
-    }
+    for (int t = 0; t < NT; t++)
+        acc[t] = lpb_reduce8(sl[t]);
 }
 
 /* gemv_kernel's Q8K path with mv_dot_q8k_lpb: LPB_ROWS rows per warp, the
@@ -777,6 +796,186 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_lpb_kernel(const mv_ar
     cw_norm_epilogue<WARPS * 32>(a.epi, a.seg[0].y, a.seg[0].ldy, a.nt, smem);
 }
 
+/* The Q4_K/Q5_K products on Q8_K x whose rows hold more than 8 blocks
+ * (flat_use): the lpb kernels give a row's 8 lanes nb/8 blocks each in
+ * turn, and a 5120-row matrix then fills only ~10 warps per SM of an H200
+ * (ncu, 27B decode: gemv_lpb_kernel at 1.7 TB/s, long-scoreboard bound).
+ * Here a block's FLAT_THREADS threads take the (row, block) units of a
+ * group of a.fr rows, 32 consecutive units (a chunk) per warp at a time,
+ * one per lane; each unit's v_b (lpb_block) goes to shared memory, then
+ * thread (r, j) adds row r's v_b of blocks j, j+8, ... in order and the 8
+ * lanes end with lpb_reduce8: the same values added in the same order as
+ * mv_dot_q8k_lpb, so the CPU's bits. A chunk's bytes come into shared
+ * memory by cp.async (flat_fetch), the next chunk's in flight while one is
+ * computed: lanes reading 144-byte blocks straight from global memory
+ * touch ~36 lines per load instruction, and an earlier form of this
+ * kernel that did so (one unit's prefetch ahead) ran at 1.1 TB/s. The
+ * host sizes a.fr for one wave of FLAT_CPS blocks per SM (flat_rows). */
+#define FLAT_THREADS 256
+#define FLAT_WARPS (FLAT_THREADS / 32)
+#define FLAT_CPS 2
+#define FLAT_FR_MAX 64         /* rows per group: the LM heads' groups stay many */
+#define FLAT_SV_MAX (32 << 10) /* shared bytes of the v_b of one group */
+
+static bool flat_use(int nb)
+{
+    return nb > 8;
+}
+
+/* Shared bytes of the weight stages: two chunks of 32 blocks per warp. */
+template <class T>
+static __host__ __device__ constexpr size_t flat_stage_bytes()
+{
+    return (size_t)FLAT_WARPS * 2 * 32 * T::BB;
+}
+
+/* Shared bytes of a flat launch: the stages, nt tokens' Q8_K x (ql bytes
+ * each), the group's v_b (per: rows of units per output row, 2 for the
+ * gate/up). */
+template <class T>
+static size_t flat_smem(size_t ql, int nt, int fr, int per, int nb)
+{
+    return flat_stage_bytes<T>() + ql * nt + (size_t)nt * per * fr * nb * sizeof(float);
+}
+
+/* Starts the copy of chunk c (units 32c .. 32c+31 below nun; unit_at(u):
+ * unit u's bytes) into the stage st, and commits it (an empty group past
+ * the end, so that the waits count alike in every lane). Where the chunk's
+ * blocks lie back to back (one matrix, unpadded rows) the lanes copy
+ * consecutive 16-byte pieces: 512 bytes in a row per instruction. */
+template <class T, class UnitAt>
+static __device__ __forceinline__ void flat_fetch(const UnitAt &unit_at, int c, int nun,
+                                                  uint8_t *st, int lane)
+{
+    const int u0 = 32 * c, n = min(32, nun - u0);
+    if (n > 0) {
+        const uint8_t *p0 = unit_at(u0);
+        if (unit_at(u0 + n - 1) == p0 + (size_t)(n - 1) * T::BB) {
+            for (int k = lane; k < n * (T::BB / 16); k += 32)
+                cw_cp16(st + 16 * k, p0 + 16 * k);
+        } else if (lane < n) {
+            const uint8_t *p = unit_at(u0 + lane);
+#pragma unroll
+            for (int k = 0; k < T::BB / 16; k++)
+                cw_cp16(st + lane * T::BB + 16 * k, p + 16 * k);
+        }
+    }
+    cw_cp_commit();
+}
+
+/* v_b of the nun units of a group (chunks warp, warp + FLAT_WARPS, ...)
+ * for the nt tokens into sv[t * stride + u]. stg: this warp's two stages;
+ * pre: its first chunk is already fetched into the first (before the PDL
+ * wait). Ends with no copy in flight. */
+template <class T, int NT, class UnitAt>
+static __device__ __forceinline__ void flat_stream(const UnitAt &unit_at, int nun, int nb,
+                                                   const uint8_t *const *xq, int nt, float *sv,
+                                                   int stride, uint8_t *stg, bool pre)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nch = (nun + 31) / 32;
+    if (!pre)
+        flat_fetch<T>(unit_at, warp, nun, stg, lane);
+    int buf = 0;
+    for (int c = warp; c < nch; c += FLAT_WARPS, buf ^= 1) {
+        flat_fetch<T>(unit_at, c + FLAT_WARPS, nun, stg + (buf ^ 1) * 32 * T::BB, lane);
+        cw_cp_wait<1>(); /* chunk c: this lane's copies */
+        __syncwarp();    /* ... and every lane's */
+        const int u = 32 * c + lane;
+        if (u < nun) {
+            const int b = u % nb;
+            float v[NT];
+            lpb_block<T, NT, true>(stg + buf * 32 * T::BB + lane * T::BB, xq, nb, b, v);
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (t < nt)
+                    sv[t * stride + u] = v[t];
+        }
+        __syncwarp(); /* the stage is refilled two chunks on */
+    }
+    cw_cp_wait<0>();
+}
+
+/* Row r's product for thread (r, j = lane & 7): slot j's blocks in order,
+ * then lpb_reduce8. All threads call it (the shuffles); in: r is a row. */
+template <int NT>
+static __device__ __forceinline__ void flat_slots(const float *sv, int stride, int r, int nb,
+                                                  int nt, bool in, float (&acc)[NT])
+{
+    const int j = threadIdx.x & 7;
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float s = 0.0f;
+        if (in && t < nt)
+            for (int b = j; b < nb; b += 8)
+                s = __fadd_rn(s, sv[t * stride + r * nb + b]);
+        acc[t] = lpb_reduce8(s);
+    }
+}
+
+template <class T, int NT>
+static __global__ void __launch_bounds__(FLAT_THREADS) gemv_flat_kernel(const mv_args a)
+{
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int nb = a.nb, fr = a.fr, stride = fr * nb, lane = threadIdx.x & 31;
+    const int64_t n_grp = (a.n_out + fr - 1) / fr;
+    uint8_t *stg = smem + (threadIdx.x >> 5) * 2 * 32 * T::BB;
+    int64_t r0 = (int64_t)blockIdx.x * fr;
+    const auto unit_at = [&](int u) {
+        const int r = u / nb;
+        return mv_row(a, r0 + r) + (size_t)(u - r * nb) * T::BB;
+    };
+    auto rows_of = [&](int64_t r) { return (int)(a.n_out - r < fr ? a.n_out - r : fr); };
+    /* the warp's first chunk, asked for before the wait */
+    flat_fetch<T>(unit_at, threadIdx.x >> 5, rows_of(r0) * nb, stg, lane);
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    const size_t ql = (size_t)kq_xq_bytes(nb);
+    uint8_t *xqs = smem + flat_stage_bytes<T>();
+    if (a.xqg)
+        xq_load(a.xqg, (int)(a.nt * ql), xqs);
+    else
+        xq_stage<T, true>(a.x, a.ldx, a.nt, nb, xqs);
+    float *sv = (float *)(xqs + a.nt * ql);
+    __syncthreads();
+    const uint8_t *xq[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+        xq[t] = xqs + (t < a.nt ? t : 0) * ql;
+    for (int64_t gr = blockIdx.x; gr < n_grp; gr += gridDim.x) {
+        r0 = gr * fr;
+        const int nr = rows_of(r0);
+        flat_stream<T, NT>(unit_at, nr * nb, nb, xq, a.nt, sv, stride, stg,
+                           gr == (int64_t)blockIdx.x);
+        __syncthreads();
+        for (int rr = 0; rr < nr; rr += FLAT_THREADS / 8) {
+            const int r = rr + (int)(threadIdx.x >> 3), j = threadIdx.x & 7;
+            float acc[NT];
+            flat_slots<NT>(sv, stride, r, nb, a.nt, r < nr, acc);
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (j == t && r < nr && t < a.nt)
+                    mv_put(a, r0 + r, t, acc[t]);
+        }
+        __syncthreads(); /* sv is the next group's */
+    }
+    cw_norm_epilogue<FLAT_THREADS>(a.epi, a.seg[0].y, a.seg[0].ldy, a.nt, smem);
+}
+
+/* Rows per group of the flat kernels (per: rows of units per output row,
+ * 2 for the gate/up): groups of at most FLAT_FR_MAX rows whose v_b fit
+ * FLAT_SV_MAX, as few per block as that allows, and as many groups as
+ * blocks in those waves of FLAT_CPS blocks per SM (no short last wave). */
+static int flat_rows(int64_t n_out, int nb, int nt, int per, int n_sm)
+{
+    const int64_t wave = (int64_t)FLAT_CPS * n_sm;
+    int64_t lim = FLAT_SV_MAX / ((int64_t)nt * per * nb * (int64_t)sizeof(float));
+    lim = lim < FLAT_FR_MAX ? lim : FLAT_FR_MAX;
+    lim = lim > 1 ? lim : 1;
+    const int64_t k = (n_out + wave * lim - 1) / (wave * lim); /* groups per block */
+    const int64_t fr = (n_out + wave * k - 1) / (wave * k);
+    return fr > 1 ? (int)fr : 1;
+}
+
 struct moe_args {
     const uint8_t *g, *u; /* gate_up: G, U; down: D in g */
     size_t rb, eb;
@@ -797,6 +996,7 @@ struct moe_args {
     const float *slogit;
     cw_norm_epi epi; /* down: the rows of h normalised after */
     const uint8_t *xqg; /* K = 1 Q8_K gate/up: the tokens' Q8_K x from xq_kernel, or NULL */
+    int fr; /* moe_gate_up_flat_kernel: row pairs per group */
 };
 
 /* Slot k's expert bytes for token t: routed e = ids[t*K+k] (an invalid id
@@ -974,6 +1174,62 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_lpb_kernel(const m
             const float gv = acc[0];
             a.y[pair * a.n_out + r] = __fmul_rn(gv / (1.0f + expf(-gv)), uv);
         }
+    }
+}
+
+/* moe_gate_up_lpb_kernel as the flat kernels (flat_use: rows of more than
+ * 8 blocks): a group of a.fr rows is 2 a.fr rows of units, the gate's
+ * rows then the up's (each run of rows back to back in memory, so that
+ * flat_fetch copies whole chunks); thread (r, j) forms gate row r and up
+ * row r (flat_slots) and writes silu(g) u. The bits of cw_k_matmul, as
+ * moe_gate_up_lpb_kernel's. */
+template <class T>
+static __global__ void __launch_bounds__(FLAT_THREADS) moe_gate_up_flat_kernel(const moe_args a)
+{
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int nb = a.nb, fr = a.fr, stride = 2 * fr * nb;
+    const int64_t pair = blockIdx.y, n_grp = (a.n_out + fr - 1) / fr;
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    const int e = a.ids[pair];
+    if (e < 0) {
+        for (int64_t r = (int64_t)blockIdx.x * fr; r < a.n_out; r += (int64_t)gridDim.x * fr)
+            for (int i = threadIdx.x; i < fr && r + i < a.n_out; i += FLAT_THREADS)
+                a.y[pair * a.n_out + r + i] = 0.0f;
+        return; /* the whole block: one pair */
+    }
+    const uint8_t *gw = a.g + (size_t)e * a.eb, *uw = a.u + (size_t)e * a.eb;
+    int64_t r0 = 0;
+    int nr = 0;
+    const auto unit_at = [&](int u) {
+        const int q = u / nb;
+        return (q < nr ? gw + (size_t)(r0 + q) * a.rb : uw + (size_t)(r0 + q - nr) * a.rb) +
+               (size_t)(u - q * nb) * T::BB;
+    };
+    uint8_t *stg = smem + (threadIdx.x >> 5) * 2 * 32 * T::BB;
+    const size_t ql = (size_t)kq_xq_bytes(nb);
+    uint8_t *xqs = smem + flat_stage_bytes<T>();
+    if (a.xqg)
+        xq_load(a.xqg + pair * ql, (int)ql, xqs);
+    else
+        xq_stage<T, true>(a.x + (pair / a.K) * (int64_t)nb * T::QK, 0, 1, nb, xqs);
+    float *sv = (float *)(xqs + ql);
+    __syncthreads();
+    const uint8_t *xs[1] = {xqs};
+    for (int64_t gr = blockIdx.x; gr < n_grp; gr += gridDim.x) {
+        r0 = gr * fr;
+        nr = (int)(a.n_out - r0 < fr ? a.n_out - r0 : fr);
+        flat_stream<T, 1>(unit_at, 2 * nr * nb, nb, xs, 1, sv, stride, stg, false);
+        __syncthreads();
+        for (int rr = 0; rr < nr; rr += FLAT_THREADS / 8) {
+            const int r = rr + (int)(threadIdx.x >> 3);
+            float g[1], u[1];
+            flat_slots<1>(sv, stride, r, nb, 1, r < nr, g);
+            flat_slots<1>(sv, stride, nr + r, nb, 1, r < nr, u);
+            if ((threadIdx.x & 7) == 0 && r < nr)
+                a.y[pair * a.n_out + r0 + r] = __fmul_rn(g[0] / (1.0f + expf(-g[0])), u[0]);
+        }
+        __syncthreads();
     }
 }
 
@@ -1434,6 +1690,14 @@ struct gemv_launch {
     template <class T, int NT>
     void lpb_one(size_t ql)
     {
+        a.fr = flat_rows(a.n_out, a.nb, a.nt, 1, n_sm);
+        const size_t fsm = flat_smem<T>(ql, a.nt, a.fr, 1, a.nb);
+        if (flat_use(a.nb) && fsm + 1024 <= smem_optin) {
+            const size_t smem = fsm > cw_norm_epi_smem(a.epi) ? fsm : cw_norm_epi_smem(a.epi);
+            e = launch_k(gemv_flat_kernel<T, NT>, dim3((unsigned)((a.n_out + a.fr - 1) / a.fr)),
+                         1, FLAT_THREADS, smem, s, pdl, a, n_sm);
+            return;
+        }
         size_t smem = ql * a.nt;
         smem = smem > cw_norm_epi_smem(a.epi) ? smem : cw_norm_epi_smem(a.epi);
         unsigned grp = (unsigned)((a.n_out + WARPS * LPB_ROWS - 1) / (WARPS * LPB_ROWS));
@@ -1594,15 +1858,24 @@ struct moe_launch {
                 const size_t ql = (size_t)kq_xq_bytes(a.nb);
                 if (e != cudaSuccess)
                     return 0;
-                if constexpr (lpb)
-                    e = launch_k(moe_gate_up_lpb_kernel<T>,
-                                 dim3((unsigned)((a.n_out + 2 * MW - 1) / (2 * MW)),
-                                      (unsigned)n_tok),
-                                 1, MW * 32, ql, s, pdl, a, n_sm);
-                else
+                if constexpr (lpb) {
+                    a.fr = flat_rows(a.n_out, a.nb, 1, 2, n_sm);
+                    const size_t fsm = flat_smem<T>(ql, 1, a.fr, 2, a.nb);
+                    if (flat_use(a.nb) && fsm + 1024 <= smem_optin) {
+                        e = launch_k(moe_gate_up_flat_kernel<T>,
+                                     dim3((unsigned)((a.n_out + a.fr - 1) / a.fr), (unsigned)n_tok),
+                                     1, FLAT_THREADS, fsm, s, pdl, a, n_sm);
+                    } else {
+                        e = launch_k(moe_gate_up_lpb_kernel<T>,
+                                     dim3((unsigned)((a.n_out + 2 * MW - 1) / (2 * MW)),
+                                          (unsigned)n_tok),
+                                     1, MW * 32, ql, s, pdl, a, n_sm);
+                    }
+                } else {
                     e = launch_k(moe_gate_up_q8k_kernel<T>,
                                  dim3((unsigned)((a.n_out + MW - 1) / MW), (unsigned)n_tok), 1,
                                  MW * 32, wstage_bytes<T, 2, MW>() + ql, s, pdl, a, n_sm);
+                }
             }
         } else {
             dim3 grid((unsigned)((a.n_out + MW - 1) / MW), (unsigned)(n_tok * a.S));
@@ -1937,7 +2210,7 @@ static int moe_gate_up_run(struct cw_cuda *c, const struct cw_k_mat *G, const st
                    G->expert_bytes, G->n_out, (int)(G->n_in / cw_k_block_elems(G->type)), d_x,
                    d_ids, NULL, K, d_act, cw_k_tables(), S,
                    SG ? (const uint8_t *)SG->d_w : NULL, SU ? (const uint8_t *)SU->d_w : NULL,
-                   SG ? SG->row_bytes : 0, NULL, epi_of(NULL, 0), NULL};
+                   SG ? SG->row_bytes : 0, NULL, epi_of(NULL, 0), NULL, 0};
     f.down = false;
     f.n_tok = n_tok;
     f.n_sm = c->info.n_sm > 0 ? c->info.n_sm : 1;
@@ -1976,7 +2249,7 @@ static int moe_down_run(struct cw_cuda *c, const struct cw_k_mat *D, const struc
     f.a = moe_args{(const uint8_t *)D->d_w, NULL, D->row_bytes, D->expert_bytes, D->n_out,
                    (int)(D->n_in / cw_k_block_elems(D->type)), d_act, d_ids, d_wts, K, d_h,
                    cw_k_tables(), SD ? K + 1 : K, SD ? (const uint8_t *)SD->d_w : NULL, NULL,
-                   SD ? SD->row_bytes : 0, d_slogit, epi_of(nrm, D->n_out), NULL};
+                   SD ? SD->row_bytes : 0, d_slogit, epi_of(nrm, D->n_out), NULL, 0};
     f.down = true;
     f.n_tok = n_tok;
     f.n_sm = c->info.n_sm;

@@ -356,18 +356,27 @@ static __device__ __forceinline__ int kq_run_k4(int p, int r)
     return 64 * (p >> 1) + 16 * (p & 1) + 8 * (r & 1) + 32 * (r >> 1);
 }
 
+/* A 16-byte load: through the read-only path from global memory, or (SM)
+ * a plain load, for a block staged in shared memory. */
+template <bool SM>
+static __device__ __forceinline__ uint4 kq_ld16(const uint8_t *p)
+{
+    return SM ? *(const uint4 *)p : __ldg((const uint4 *)p);
+}
+
 /* Q4_K/Q5_K unit p's raw bytes: the block head hd (d, dmin, scales), the
- * 16 qs bytes q and (Q5) the 16 qh bytes; kq_k4_word extracts values */
-template <bool Q5>
+ * 16 qs bytes q and (Q5) the 16 qh bytes; kq_k4_word extracts values. SM:
+ * the block is in shared memory. */
+template <bool Q5, bool SM = false>
 static __device__ __forceinline__ void kq_k4_bytes(const uint8_t *b, int p, uint4 &hd,
                                                    uint32_t (&q)[4], uint32_t (&qh)[4])
 {
-    hd = __ldg((const uint4 *)b);
+    hd = kq_ld16<SM>(b);
     int c = p >> 1, hf = p & 1;
-    uint4 qv = __ldg((const uint4 *)(b + (Q5 ? 48 : 16) + 32 * c + 16 * hf));
+    uint4 qv = kq_ld16<SM>(b + (Q5 ? 48 : 16) + 32 * c + 16 * hf);
     uint4 hv = make_uint4(0, 0, 0, 0);
     if (Q5)
-        hv = __ldg((const uint4 *)(b + 16 + 16 * hf));
+        hv = kq_ld16<SM>(b + 16 + 16 * hf);
     q[0] = qv.x, q[1] = qv.y, q[2] = qv.z, q[3] = qv.w;
     qh[0] = hv.x, qh[1] = hv.y, qh[2] = hv.z, qh[3] = hv.w;
 }
@@ -593,11 +602,12 @@ struct kq_k4_int {
         int c = e >> 6, r = e & 63;
         return 16 * (8 * (r >> 5) + 2 * c + ((r >> 4) & 1)) + (r & 15);
     }
+    template <bool SM = false>
     static __device__ void unit(const uint8_t *b, int p, kq_iu &u)
     {
         uint4 hd;
         uint32_t q[4], qh[4];
-        kq_k4_bytes<Q5>(b, p, hd, q, qh);
+        kq_k4_bytes<Q5, SM>(b, p, hd, q, qh);
         const int c = p >> 1;
         u.d = cw_dev_f16_to_f32((uint16_t)(hd.x & 0xFFFF));
         u.dmin = cw_dev_f16_to_f32((uint16_t)(hd.x >> 16));

@@ -608,11 +608,11 @@ static void check_xq_once(enum cw_qtype type)
     hmat_free(&m), hmat_free(&u);
 }
 
-/* Q8_K products whose rows hold more than 8 blocks (the 27B's: a lane of
- * the one-lane-per-block kernels then takes several blocks): 68 and 13
- * blocks, a row count that leaves the last row group short, one and two
- * token groups, add and scale, batch invariance; the CPU's vec_dot bits
- * where no epilogue rounds. */
+/* Q8_K products whose rows hold more than 8 blocks (the 27B's; Q4_K and
+ * Q5_K take the flat kernels there): 68 and 13 blocks, a row count that
+ * leaves the last row group short, one and two token groups, add and
+ * scale, batch invariance; the CPU's vec_dot bits where no epilogue
+ * rounds. */
 static void check_long_rows(enum cw_qtype type)
 {
     static const struct { int64_t n_in, n_out, n_tok; int add, scale; } S[] = {
