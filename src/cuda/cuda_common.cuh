@@ -119,6 +119,14 @@ static __device__ __forceinline__ void cw_cp_wait(void)
 #endif
 }
 
+/* every cp.async of this thread landed, committed or not */
+static __device__ __forceinline__ void cw_cp_wait_all(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
 static __device__ __forceinline__ float cw_warp_sum(float v)
 {
 #pragma unroll

@@ -397,27 +397,10 @@ static __global__ void __launch_bounds__(DC_THREADS) dc_prep_kernel(dc_args b)
         ut[c] = sm[c];
 }
 
-/* 16 bytes global -> shared without a register round trip: every copy a
- * thread issues is in flight at once (plain loads followed by shared stores
- * through generic pointers serialise on the global latency). dc_cp_wait
- * waits for the thread's own copies; a barrier after it publishes them.
- * Below sm_80 (no cp.async) a plain 16-byte copy: the same values. */
-static __device__ __forceinline__ void dc_cp16(float *dst, const float *src)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-#else
-    *(float4 *)dst = *(const float4 *)src;
-#endif
-}
-
-static __device__ __forceinline__ void dc_cp_wait(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-#endif
-}
+/* Staging copies by cw_cp16 (cuda_common.cuh): every copy a thread issues
+ * is in flight at once (plain loads followed by shared stores through
+ * generic pointers serialise on the global latency); cw_cp_wait_all waits
+ * for the thread's own copies, a barrier after it publishes them. */
 
 /* Starts copying rows [0, DC) of one head's DCD channels of src (row stride
  * C) into a [DC][KP] tile; rows at or past L are zeroed. */
@@ -426,7 +409,7 @@ static __device__ __forceinline__ void dc_load_rows(float *dst, const float *src
     for (int idx = threadIdx.x; idx < DC * DCD / 4; idx += blockDim.x) {
         const int t = idx / (DCD / 4), i4 = (idx % (DCD / 4)) * 4;
         if (t < L)
-            dc_cp16(dst + t * KP + i4, src + t * C + i4);
+            cw_cp16(dst + t * KP + i4, src + t * C + i4);
         else
             *(float4 *)(dst + t * KP + i4) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
@@ -465,7 +448,7 @@ static __global__ void __launch_bounds__(DC_THREADS) dc_tri_kernel(dc_args b)
             sbg[t] = sb[t] * expf(G);
         }
     }
-    dc_cp_wait();
+    cw_cp_wait_all();
     __syncthreads(); // tiles and G ready
 
     // The Grams k_t·k_s and q_t·k_s: rows tg + 16r, columns sg + 16r2.
@@ -530,7 +513,7 @@ static __global__ void __launch_bounds__(DC_THREADS) dc_tri_kernel(dc_args b)
             __syncthreads(); // row t complete before row t+1 reads it
         }
     }
-    dc_cp_wait();
+    cw_cp_wait_all();
     __syncthreads(); // T and v complete (also when L == 1)
 
     // W = T diag(βΓ) K (stored transposed) and U = T diag(β) V: rows
@@ -619,19 +602,19 @@ static __global__ void __launch_bounds__(DS_THREADS) dc_state_kernel(dc_args b)
         }
         const float *gw = b.wt + ch * DCD * DC;
         for (int idx = tid; idx < DCD * DC / 4; idx += DS_THREADS)
-            dc_cp16(sw + 4 * idx, gw + 4 * idx);
+            cw_cp16(sw + 4 * idx, gw + 4 * idx);
         for (int idx = tid; idx < L * (DCD / 4); idx += DS_THREADS) { // rows past L never read
             const int s = idx / (DCD / 4), i4 = (idx % (DCD / 4)) * 4;
-            dc_cp16(sk + s * DCD + i4, b.u + (t0 + s) * a.C + ko + i4);
+            cw_cp16(sk + s * DCD + i4, b.u + (t0 + s) * a.C + ko + i4);
         }
         const float *gu = b.uu + ch * DC * DCD;
         for (int idx = tid; idx < DC * DJ / 4; idx += DS_THREADS) {
             const int t = idx / (DJ / 4), j4 = (idx % (DJ / 4)) * 4;
-            dc_cp16(su + t * DJ + j4, gu + t * DCD + j0 + j4);
+            cw_cp16(su + t * DJ + j4, gu + t * DCD + j0 + j4);
         }
         if (tid < DCS / 4)
-            dc_cp16(sx + 4 * tid, b.sc + ch * DCS + 4 * tid);
-        dc_cp_wait();
+            cw_cp16(sx + 4 * tid, b.sc + ch * DCS + 4 * tid);
+        cw_cp_wait_all();
         __syncthreads(); // the chunk's tiles and S0 in shared memory
         const float gl = sx[2 * DC];
 
@@ -711,24 +694,24 @@ static __global__ void __launch_bounds__(DC_THREADS) dc_out_kernel(dc_args b)
     const float *gs = b.s0 + ch * DCD * DCD + jb;
     for (int idx = tid; idx < DCD * DO / 4; idx += DC_THREADS) {
         const int i = idx / (DO / 4), j4 = (idx % (DO / 4)) * 4;
-        dc_cp16(s0 + i * DO + j4, gs + (int64_t)i * DCD + j4);
+        cw_cp16(s0 + i * DO + j4, gs + (int64_t)i * DCD + j4);
     }
     const float *gp = b.p + ch * DC * DC;
     for (int idx = tid; idx < DC * DC / 4; idx += DC_THREADS) {
         const int t = idx / (DC / 4), s4 = (idx % (DC / 4)) * 4;
-        dc_cp16(sp + t * PP + s4, gp + t * DC + s4);
+        cw_cp16(sp + t * PP + s4, gp + t * DC + s4);
     }
     float *yb = a.y + t0 * yrow + (int64_t)h * DCD + jb;
     for (int idx = tid; idx < DC * DO / 4; idx += DC_THREADS) {
         const int t = idx / (DO / 4), j4 = (idx % (DO / 4)) * 4;
         if (t < L)
-            dc_cp16(sd + t * DO + j4, yb + t * yrow + j4);
+            cw_cp16(sd + t * DO + j4, yb + t * yrow + j4);
         else
             *(float4 *)(sd + t * DO + j4) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     if (tid < DC / 4)
-        dc_cp16(sg + 4 * tid, b.sc + ch * DCS + 4 * tid);
-    dc_cp_wait();
+        cw_cp16(sg + 4 * tid, b.sc + ch * DCS + 4 * tid);
+    cw_cp_wait_all();
     __syncthreads(); // tiles ready (and every read of Δ in y done before any write)
 
     const int tg = tid >> 4, jg = tid & 15; // rows tg + 16r, columns 4jg..4jg+3

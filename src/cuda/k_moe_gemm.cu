@@ -287,19 +287,6 @@ static __device__ __forceinline__ void mg_cp16(__half *dst, const __half *src, b
     *(uint4 *)dst = on ? *(const uint4 *)src : make_uint4(0, 0, 0, 0);
 #endif
 }
-static __device__ __forceinline__ void mg_commit(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-/* all of this thread's cp.async copies have landed */
-static __device__ __forceinline__ void mg_wait_all(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-#endif
-}
 
 /* This thread's pair indices for the x loads of a tile: rows warp + 8i of
  * the tile (-1 past its n pairs). */
@@ -339,7 +326,7 @@ static __device__ __forceinline__ void mg_load_x(const mg_args &a, const int pr[
         const __half *src = on ? a.xh + (int64_t)(GU ? pi / a.K : pi) * a.n_in + kk : a.xh;
         mg_cp16(Xs + ((threadIdx.x >> 5) + 8 * i) * LDS + 8 * mg_swz(g), src, on);
     }
-    mg_commit();
+    cw_cp_commit();
 }
 
 /* c += A·B for one m16n8k16 tile (f16 in, f32 accumulate): a0..a3 and b0, b1
@@ -420,7 +407,7 @@ static __global__ void __launch_bounds__(THREADS, 2) mg_kernel(const mg_args a)
                     s2 -= a.nsteps, it2 += gridDim.x;
                 mg_prefetch<T, GU>(a, it2, s2, total);
             }
-            mg_wait_all();
+            cw_cp_wait<0>();
             __syncthreads(); /* x step s is in; every warp is done with buffer (gs+1)&1 */
             __half *Xn = Xs + ((gs + 1) & 1) * BN * LDS;
             if (s + 1 < a.nsteps) {
@@ -494,7 +481,7 @@ static __global__ void __launch_bounds__(THREADS, 2) mg_kernel(const mg_args a)
             }
         }
     }
-    mg_wait_all();
+    cw_cp_wait<0>();
 }
 
 /* ---- 4. combine ---------------------------------------------------------------- */
