@@ -1705,7 +1705,8 @@ struct gemv_launch {
     }
     /* The Q8_K types (kq_q8k): x quantised per block in shared memory, by
      * groups of the largest of 8, 4, 2, 1 tokens that fit XS_MAX; Q4_K and
-     * Q5_K one lane per block (lpb_use), Q6_K 8 lanes per block, short
+     * Q5_K one lane per block (lpb_use: the flat kernels for rows of more
+     * than 8 blocks, lpb_one), Q6_K 8 lanes per block, short
      * launches one row per warp up to 2 tokens (as the f32 path); false
      * (the f32 path) where q8k_use says no for this launch's matrices
      * (cw_k_matmul_multi groups them by that answer). */
