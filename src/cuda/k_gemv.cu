@@ -1087,7 +1087,8 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_kernel(const moe_a
 }
 
 /* The Q8_K types with K == 1 (the dense FFN's gate and up where q8k_use
- * says so; Q4_K/Q5_K take moe_gate_up_lpb_kernel below):
+ * says so; Q4_K/Q5_K take moe_gate_up_lpb_kernel or, for rows of more
+ * than 8 blocks, moe_gate_up_flat_kernel below):
  * the block quantises the pair's token once (xq_stage) and walks row
  * groups (persistent grid.x); each warp a row's gate and up as
  * mv_dot_q8k's two rows, so g and u are the bits cw_k_matmul gives (the
