@@ -388,7 +388,6 @@ static void layout(struct cw_cuda_model *M, struct cw_bseq *s, struct bump *b)
     s->logits = (float *)take(b, LR * V * 4);
     s->amax = (int32_t *)take(b, LR * 4);
     s->tok = (int32_t *)take(b, T * 4);
-    s->zero_id = (int32_t *)take(b, 4); /* zeroed with the arena, never written */
     s->norm_count = (unsigned *)take(b, 4); /* zeroed with the arena, left zero by each use */
     s->pos = (int64_t *)take(b, 8);
     s->scratch = take(b, s->scratch_bytes);

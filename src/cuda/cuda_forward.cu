@@ -187,9 +187,9 @@ static int gate_up_swiglu(struct cw_cuda_model *M, struct cw_bseq *s, const stru
     const struct cw_k_mat G = cw_cuda_mat(gate), U = cw_cuda_mat(up);
     const int64_t E = M->dw.hp.n_embd;
     if (gate_up_one(&G, &U, n))
-        return xin ? cw_k_moe_gate_up_norm(M->c, &G, &U, xin, s->x, s->zero_id, 1, 1, g,
+        return xin ? cw_k_moe_gate_up_norm(M->c, &G, &U, xin, s->x, NULL, 1, 1, g,
                                            s->scratch, err)
-                   : cw_k_moe_gate_up(M->c, &G, &U, s->x, s->zero_id, 1, 1, g, s->scratch, err);
+                   : cw_k_moe_gate_up(M->c, &G, &U, s->x, NULL, 1, 1, g, s->scratch, err);
     if (xin && cw_k_add_rmsnorm(M->c, xin->d_h, NULL, xin->d_w, s->x, E, E, n, xin->eps, err))
         return -1;
     if (mm_x(M, s, gate, g, n, err) || mm_x(M, s, up, u, n, err))

@@ -50,7 +50,6 @@ struct cw_bseq {
     float *logits;   /* [lm_rows][V] */
     int32_t *ids;    /* [chunk][K] */
     int32_t *tok;    /* [chunk] */
-    int32_t *zero_id; /* [1] = 0: expert 0 of a single matrix pair */
     unsigned *norm_count; /* the fused norms' block count (cw_k_norm_next) */
     int32_t *amax;   /* [lm_rows] */
     int64_t *pos;    /* the position of row 0 of the launch */

@@ -999,12 +999,20 @@ struct moe_args {
     int fr; /* moe_gate_up_flat_kernel: row pairs per group */
 };
 
-/* Slot k's expert bytes for token t: routed e = ids[t*K+k] (an invalid id
+/* The expert of pair i (token t, slot k: i = t*K + k): ids[i], or expert 0
+ * for every pair where ids is NULL (a single matrix pair: the gate/up of a
+ * dense FFN, whose kernels may then read weights before their PDL wait). */
+static __device__ __forceinline__ int moe_id(const moe_args &a, int64_t i)
+{
+    return a.ids ? a.ids[i] : 0;
+}
+
+/* Slot k's expert bytes for token t: routed e = moe_id (an invalid id
  * reads expert 0: callers discard it), or the shared expert. */
 static __device__ __forceinline__ const uint8_t *moe_base(const moe_args &a, const uint8_t *m,
                                                           const uint8_t *shm, int64_t t, int k)
 {
-    return k == a.K ? shm : m + (size_t)max(a.ids[t * a.K + k], 0) * a.eb;
+    return k == a.K ? shm : m + (size_t)max(moe_id(a, t * a.K + k), 0) * a.eb;
 }
 
 /* One warp per (pair, row r): expert e's gate row and up row as the warp's
@@ -1027,7 +1035,7 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_kernel(const moe_a
     const int64_t t = pair / a.S;
     const int k = (int)(pair - t * a.S);
     const float *xt = a.x + t * (int64_t)n_in;
-    const int e = k == a.K ? 0 : a.ids[t * a.K + k];
+    const int e = k == a.K ? 0 : moe_id(a, t * a.K + k);
     const size_t rb = k == a.K ? a.srb : a.rb;
     const uint8_t *gb = moe_base(a, a.g, a.sg, t, k), *ub = moe_base(a, a.u, a.su, t, k);
     if constexpr (Q8K) {
@@ -1103,7 +1111,7 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_q8k_kernel(const m
     const int64_t pair = blockIdx.y;
     cw_pdl_wait();
     cw_pdl_launch_dependents();
-    const int e = a.ids[pair];
+    const int e = moe_id(a, pair);
     const int64_t r0 = (int64_t)blockIdx.x * MW + warp;
     if (e < 0) {
         for (int64_t r = r0; r < a.n_out; r += (int64_t)gridDim.x * MW)
@@ -1147,7 +1155,7 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_lpb_kernel(const m
     const int64_t rb0 = ((int64_t)blockIdx.x * MW + warp) * 2;
     cw_pdl_wait();
     cw_pdl_launch_dependents();
-    const int e = a.ids[pair];
+    const int e = moe_id(a, pair);
     if (e < 0) {
         for (int64_t r = rb0 + (g >> 1); r < a.n_out; r += step)
             if (j == 0 && !(g & 1))
@@ -1190,24 +1198,29 @@ static __global__ void __launch_bounds__(FLAT_THREADS) moe_gate_up_flat_kernel(c
     extern __shared__ __align__(16) uint8_t smem[];
     const int nb = a.nb, fr = a.fr, stride = 2 * fr * nb;
     const int64_t pair = blockIdx.y, n_grp = (a.n_out + fr - 1) / fr;
-    cw_pdl_wait();
-    cw_pdl_launch_dependents();
-    const int e = a.ids[pair];
-    if (e < 0) {
-        for (int64_t r = (int64_t)blockIdx.x * fr; r < a.n_out; r += (int64_t)gridDim.x * fr)
-            for (int i = threadIdx.x; i < fr && r + i < a.n_out; i += FLAT_THREADS)
-                a.y[pair * a.n_out + r + i] = 0.0f;
-        return; /* the whole block: one pair */
-    }
-    const uint8_t *gw = a.g + (size_t)e * a.eb, *uw = a.u + (size_t)e * a.eb;
-    int64_t r0 = 0;
-    int nr = 0;
+    const uint8_t *gw = a.g, *uw = a.u;
+    int64_t r0 = (int64_t)blockIdx.x * fr;
+    int nr = (int)(a.n_out - r0 < fr ? a.n_out - r0 : fr);
     const auto unit_at = [&](int u) {
         const int q = u / nb;
         return (q < nr ? gw + (size_t)(r0 + q) * a.rb : uw + (size_t)(r0 + q - nr) * a.rb) +
                (size_t)(u - q * nb) * T::BB;
     };
     uint8_t *stg = smem + (threadIdx.x >> 5) * 2 * 32 * T::BB;
+    /* no ids (expert 0): the warp's first chunk, asked for before the wait */
+    const bool pre = !a.ids;
+    if (pre)
+        flat_fetch<T>(unit_at, threadIdx.x >> 5, 2 * nr * nb, stg, threadIdx.x & 31);
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    const int e = moe_id(a, pair);
+    if (e < 0) {
+        for (int64_t r = (int64_t)blockIdx.x * fr; r < a.n_out; r += (int64_t)gridDim.x * fr)
+            for (int i = threadIdx.x; i < fr && r + i < a.n_out; i += FLAT_THREADS)
+                a.y[pair * a.n_out + r + i] = 0.0f;
+        return; /* the whole block: one pair */
+    }
+    gw += (size_t)e * a.eb, uw += (size_t)e * a.eb;
     const size_t ql = (size_t)kq_xq_bytes(nb);
     uint8_t *xqs = smem + flat_stage_bytes<T>();
     if (a.xqg)
@@ -1220,7 +1233,8 @@ static __global__ void __launch_bounds__(FLAT_THREADS) moe_gate_up_flat_kernel(c
     for (int64_t gr = blockIdx.x; gr < n_grp; gr += gridDim.x) {
         r0 = gr * fr;
         nr = (int)(a.n_out - r0 < fr ? a.n_out - r0 : fr);
-        flat_stream<T, 1>(unit_at, 2 * nr * nb, nb, xs, 1, sv, stride, stg, false);
+        flat_stream<T, 1>(unit_at, 2 * nr * nb, nb, xs, 1, sv, stride, stg,
+                          pre && gr == (int64_t)blockIdx.x);
         __syncthreads();
         for (int rr = 0; rr < nr; rr += FLAT_THREADS / 8) {
             const int r = rr + (int)(threadIdx.x >> 3);
@@ -2269,6 +2283,10 @@ extern "C" int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G,
                                 const int32_t *d_ids, int K, int64_t n_tok, float *d_act,
                                 void *d_scratch, struct cw_err *err)
 {
+    if (!d_ids && (K != 1 || n_tok > CW_K_GEMV_MAX_TOK))
+        return cw_errf(err, CW_ERR_INVALID,
+                       "cuda moe_gate_up: no ids needs K = 1 and n_tok <= %d (K %d, n_tok %lld)",
+                       CW_K_GEMV_MAX_TOK, K, (long long)n_tok);
     if (n_tok > CW_K_GEMV_MAX_TOK)
         return cw_k_moe_gemm_gate_up(c, G, U, d_x, d_ids, K, n_tok, d_act, d_scratch, err);
     return moe_gate_up_run(c, G, U, NULL, NULL, NULL, d_x, d_ids, K, n_tok, d_act, d_scratch,
@@ -2282,6 +2300,11 @@ extern "C" int cw_k_moe_gate_up_norm(struct cw_cuda *c, const struct cw_k_mat *G
 {
     if (!nin)
         return cw_errf(err, CW_ERR_INVALID, "cuda moe_gate_up_norm: no norm");
+    if (!d_ids && (K != 1 || n_tok > CW_K_GEMV_MAX_TOK))
+        return cw_errf(err, CW_ERR_INVALID,
+                       "cuda moe_gate_up_norm: no ids needs K = 1 and n_tok <= %d (K %d, n_tok "
+                       "%lld)",
+                       CW_K_GEMV_MAX_TOK, K, (long long)n_tok);
     if (n_tok > CW_K_GEMV_MAX_TOK)
         return check_norm_in(nin, G->n_in, d_x, G->n_in, "moe_gate_up_norm", err) ||
                        cw_k_add_rmsnorm(c, nin->d_h, NULL, nin->d_w, d_x, G->n_in, G->n_in,

@@ -138,7 +138,10 @@ size_t cw_k_matmul_scratch(const struct cw_k_mat *W, int64_t n_tok);
 /* Routed experts, gate and up fused with SwiGLU:
  *   for t < n_tok, k < K: e = d_ids[t*K+k];
  *   act[t*K+k][r] = silu(G_e[r]·x[t]) · (U_e[r]·x[t]),  r < G->n_out
- * G, U: stacked experts (expert_bytes set); x [n_tok][n_in], act [n_tok*K][n_ff]. */
+ * G, U: stacked experts (expert_bytes set); x [n_tok][n_in], act [n_tok*K][n_ff].
+ * d_ids NULL: expert 0 for every token (a single matrix pair: K = 1 and
+ * n_tok <= CW_K_GEMV_MAX_TOK), whose weights the kernel may then read
+ * before the launch before it ends. */
 int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G, const struct cw_k_mat *U,
                      const float *d_x, const int32_t *d_ids, int K, int64_t n_tok,
                      float *d_act, void *d_scratch, struct cw_err *err);

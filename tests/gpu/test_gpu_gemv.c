@@ -562,8 +562,8 @@ static void check_xq_once(enum cw_qtype type)
             down(a, dy, sizeof(float) * n_out * nt);
             if (g == 0)
                 CK(cw_k_matmul(C, &W, dx, n_in, nt, dy, n_out, false, NULL, scr, &E));
-            else
-                CK(cw_k_moe_gate_up(C, &W, &U, dx, dz, 1, nt, dy, scr, &E));
+            else /* no ids: expert 0, its first weights read before the wait */
+                CK(cw_k_moe_gate_up(C, &W, &U, dx, NULL, 1, nt, dy, scr, &E));
             down(b, dy, sizeof(float) * n_out * nt);
             same &= !memcmp(a, b, sizeof(float) * n_out * nt);
         }
@@ -581,7 +581,7 @@ static void check_xq_once(enum cw_qtype type)
     }
     /* the gate/up at 9 tokens against the CPU: g and u are its vec_dot
      * bits, act = silu(g) u within act's own roundings (8 ulp, check_moe) */
-    CK(cw_k_moe_gate_up(C, &W, &U, dx, dz, 1, NT, dy, scr, &E));
+    CK(cw_k_moe_gate_up(C, &W, &U, dx, NULL, 1, NT, dy, scr, &E));
     down(b, dy, sizeof(float) * n_out * NT);
     int gu_bad = 0;
     for (int t = 0; t < NT; t++) {
@@ -600,8 +600,12 @@ static void check_xq_once(enum cw_qtype type)
     }
     ok(ns > 0 && same && cpu && gu_bad == 0,
        "%s %lldx%lld: x quantised once (%zu bytes of scratch) = per block, for the matmul and "
-       "the K = 1 gate/up at 1, 3, 9 tokens; = the CPU's vec_dot (gate/up: %d bad)",
+       "the K = 1 gate/up at 1, 3, 9 tokens (ids and none); = the CPU's vec_dot (gate/up: %d "
+       "bad)",
        cw_qtype_name(type), (long long)n_out, (long long)n_in, ns, gu_bad);
+    struct cw_err e2 = {0};
+    ok(cw_k_moe_gate_up(C, &W, &U, dx, NULL, 2, 1, dy, scr, &e2) != 0 && e2.msg[0],
+       "moe_gate_up without ids and K = 2: refused (%s)", e2.msg);
     free(xq), free(x), free(a), free(b);
     cw_cuda_free(C, dw), cw_cuda_free(C, du), cw_cuda_free(C, dx), cw_cuda_free(C, dy);
     cw_cuda_free(C, dz), cw_cuda_free(C, scr);
