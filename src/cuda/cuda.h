@@ -26,6 +26,7 @@ struct cw_cuda_device_info {
     size_t l2_bytes;
     size_t smem_optin;      /* shared memory one block may opt in to (64 KB on sm_75, 99 KB
                              * on sm_86/89, 227 KB on sm_90): kernels size their tiles by it */
+    size_t smem_sm;         /* shared memory of one SM (blocks resident together share it) */
 };
 
 /* Number of usable CUDA devices; 0 (and success) when the driver or a GPU

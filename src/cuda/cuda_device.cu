@@ -35,6 +35,7 @@ int cw_cuda_device_info(int dev, struct cw_cuda_device_info *out, struct cw_err 
     out->total_mem = p.totalGlobalMem;
     out->l2_bytes = (size_t)p.l2CacheSize;
     out->smem_optin = p.sharedMemPerBlockOptin;
+    out->smem_sm = p.sharedMemPerMultiprocessor;
     return 0;
 }
 

@@ -288,18 +288,19 @@ static __device__ __forceinline__ void mv_dot(const uint8_t *const *rows, const 
 /* XQB items per warp in flight: a long row's x arrives in a few round
  * trips, not one per 256 elements */
 #define XQB 4
-/* Where byte pos of block b's copy goes in the rotated layout (ROT: for
- * gemv_lpb_kernel, whose 8 lanes read 8 different blocks' granule p at
- * once): granules 0-7 and 8-15 each turned by b, so those reads hit 8
- * distinct bank groups. */
+/* Where byte pos of block b's copy goes (every Q8_K copy is so rotated):
+ * granules 0-7 and 8-15 each turned by b, so that lanes reading granule p
+ * of 8 different blocks at once (gemv_lpb_kernel, the flat kernels) hit 8
+ * distinct bank groups; the 8 lanes of one block (mv_dot_q8k) read its 8
+ * granules in some order either way. */
 static __device__ __forceinline__ int xq_rot(int pos, int b)
 {
     const int g = pos >> 4;
     return (((g & 8) | ((g + b) & 7)) << 4) | (pos & 15);
 }
 
-/* SM: x in shared memory (else global, read through L1); ROT: xq_rot's layout */
-template <class T, bool SM = false, bool ROT = false>
+/* SM: x in shared memory (else global, read through L1) */
+template <class T, bool SM = false>
 static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int nt, int nb,
                                                uint8_t *xq, int warp, int nw)
 {
@@ -358,7 +359,7 @@ static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int 
         }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1); /* bsum of 16: lanes 2g, 2g+1 */
         uint8_t *q = xq + t * tb;
-        const int pos = ROT ? xq_rot(I::xq_pos(8 * lane), b) : I::xq_pos(8 * lane);
+        const int pos = xq_rot(I::xq_pos(8 * lane), b);
         *(uint2 *)(q + 256 * b + pos) = make_uint2(w[0], w[1]);
         if (!(lane & 1))
             ((int16_t *)(q + 256 * nb))[16 * b + (lane >> 1)] = (int16_t)sum;
@@ -369,11 +370,11 @@ static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int 
 }
 
 /* xq_rows by the warps of one block: its own copy in shared memory. */
-template <class T, bool ROT = false>
+template <class T>
 static __device__ __forceinline__ void xq_stage(const float *x, int64_t ldx, int nt, int nb,
                                                 uint8_t *xq)
 {
-    xq_rows<T, false, ROT>(x, ldx, nt, nb, xq, threadIdx.x >> 5, blockDim.x >> 5);
+    xq_rows<T, false>(x, ldx, nt, nb, xq, threadIdx.x >> 5, blockDim.x >> 5);
 }
 
 /* Wide x quantised once (xq_once): xq_kernel writes nt tokens' Q8_K copies
@@ -382,14 +383,14 @@ static __device__ __forceinline__ void xq_stage(const float *x, int64_t ldx, int
  * shared memory (xq_load) instead of quantising x itself: for a 17408-wide
  * x that is 20 KB read per block instead of 68 KB read and quantised. */
 #define XQ_THREADS 128
-template <class T, bool ROT>
+template <class T>
 static __global__ void __launch_bounds__(XQ_THREADS)
     xq_kernel(const float *x, int64_t ldx, int nt, int nb, uint8_t *xq)
 {
     cw_pdl_wait();
     cw_pdl_launch_dependents();
     constexpr int nw = XQ_THREADS / 32;
-    xq_rows<T, false, ROT>(x, ldx, nt, nb, xq, (int)blockIdx.x * nw + (threadIdx.x >> 5),
+    xq_rows<T, false>(x, ldx, nt, nb, xq, (int)blockIdx.x * nw + (threadIdx.x >> 5),
                            (int)gridDim.x * nw);
 }
 
@@ -412,7 +413,7 @@ struct xq_norm {
  * block, after all the others) runs here beside the quantisation, and
  * nothing reads y back before the quantisation. */
 #define XQN_THREADS 256 /* each block reduces the whole row: more threads, shorter chains */
-template <class T, int B, bool ROT>
+template <class T, int B>
 static __global__ void __launch_bounds__(B) xqn_kernel(const xq_norm nm, int nb, uint8_t *xq)
 {
     extern __shared__ __align__(16) uint8_t smem[];
@@ -429,7 +430,7 @@ static __global__ void __launch_bounds__(B) xqn_kernel(const xq_norm nm, int nb,
     for (int i0 = (int)blockIdx.x * nw; i0 < nb; i0 += nw * (int)gridDim.x)
         for (int i = i0 * T::QK + (int)threadIdx.x; i < min(i0 + nw, nb) * T::QK; i += B)
             y[i] = hs[i];
-    xq_rows<T, true, ROT>(hs, 0, 1, nb, xq + t * kq_xq_bytes(nb),
+    xq_rows<T, true>(hs, 0, 1, nb, xq + t * kq_xq_bytes(nb),
                      (int)blockIdx.x * nw + (threadIdx.x >> 5), (int)gridDim.x * nw);
 }
 
@@ -506,7 +507,8 @@ static __device__ __forceinline__ void mv_dot_q8k(const uint8_t *const *rows,
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             const uint8_t *qb = xq[t] + 256 * blk;
-            uint4 xa = *(const uint4 *)(qb + 16 * p), xb = *(const uint4 *)(qb + 16 * (8 + p));
+            const int gq = (p + blk) & 7; /* granule p, rotated (xq_rot) */
+            uint4 xa = *(const uint4 *)(qb + 16 * gq), xb = *(const uint4 *)(qb + 16 * (8 + gq));
             const int16_t *bs = (const int16_t *)(xq[t] + 256 * nb) + 16 * blk;
             float dx = ((const float *)(xq[t] + 288 * nb))[blk];
 #pragma unroll
@@ -752,7 +754,7 @@ static __device__ __forceinline__ void mv_dot_q8k_lpb(const uint8_t *row,
 }
 
 /* gemv_kernel's Q8K path with mv_dot_q8k_lpb: LPB_ROWS rows per warp, the
- * block's x copy (xq_load, or xq_stage rotated), row groups walked as a
+ * block's x copy (xq_load, or xq_stage), row groups walked as a
  * persistent grid; lane j of group g writes (row g, token j). */
 #define LPB_ROWS 4
 template <class T, int NT>
@@ -776,7 +778,7 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_lpb_kernel(const mv_ar
     if (a.xqg)
         xq_load(a.xqg, a.nt * kq_xq_bytes(a.nb), smem);
     else
-        xq_stage<T, true>(a.x, a.ldx, a.nt, a.nb, smem);
+        xq_stage<T>(a.x, a.ldx, a.nt, a.nb, smem);
     __syncthreads();
     const uint8_t *xq[NT];
 #pragma unroll
@@ -796,7 +798,7 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_lpb_kernel(const mv_ar
     cw_norm_epilogue<WARPS * 32>(a.epi, a.seg[0].y, a.seg[0].ldy, a.nt, smem);
 }
 
-/* The Q4_K/Q5_K products on Q8_K x whose rows hold more than 8 blocks
+/* The Q8_K products (Q4_K, Q5_K, Q6_K) whose rows hold more than 8 blocks
  * (flat_use): the lpb kernels give a row's 8 lanes nb/8 blocks each in
  * turn, and a 5120-row matrix then fills only ~10 warps per SM of an H200
  * (ncu, 27B decode: gemv_lpb_kernel at 1.7 TB/s, long-scoreboard bound).
@@ -809,8 +811,10 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_lpb_kernel(const mv_ar
  * memory by cp.async (flat_fetch), the next chunk's in flight while one is
  * computed: lanes reading 144-byte blocks straight from global memory
  * touch ~36 lines per load instruction, and an earlier form of this
- * kernel that did so (one unit's prefetch ahead) ran at 1.1 TB/s. The
- * host sizes a.fr for one wave of FLAT_CPS blocks per SM (flat_rows). */
+ * kernel that did so (one unit's prefetch ahead) ran at 1.1 TB/s. Q6_K's
+ * 210-byte blocks come the same way (flat_slot), where mv_dot_q8k's 8 lanes
+ * per block ran the 27B's Q6_K products at 2.2-2.5 TB/s. The host sizes
+ * a.fr for one wave of FLAT_CPS blocks per SM (flat_plan). */
 #define FLAT_THREADS 256
 #define FLAT_WARPS (FLAT_THREADS / 32)
 #define FLAT_CPS 2
@@ -822,11 +826,32 @@ static bool flat_use(int nb)
     return nb > 8;
 }
 
+/* Blocks whose length is not a multiple of 16 bytes (Q6_K's 210) start at
+ * any even address: a chunk's copy then takes the 16-byte-aligned cover of
+ * its bytes, the blocks starting at the first one's offset in its 16-byte
+ * piece, and a chunk whose blocks are not back to back is copied lane by
+ * lane into slots of flat_slot bytes (a block and the rest of its first
+ * and last pieces). */
+template <class T>
+static __host__ __device__ constexpr int flat_slot()
+{
+    return T::BB % 16 ? (T::BB + 14 + 15) / 16 * 16 : T::BB;
+}
+
+/* Shared bytes of one chunk's stage. */
+template <class T>
+static __host__ __device__ constexpr int flat_chunk_bytes()
+{
+    return T::BB % 16 ? (32 * T::BB + 16 > 32 * flat_slot<T>() ? 32 * T::BB + 16
+                                                                  : 32 * flat_slot<T>())
+                      : 32 * T::BB;
+}
+
 /* Shared bytes of the weight stages: two chunks of 32 blocks per warp. */
 template <class T>
 static __host__ __device__ constexpr size_t flat_stage_bytes()
 {
-    return (size_t)FLAT_WARPS * 2 * 32 * T::BB;
+    return (size_t)FLAT_WARPS * 2 * flat_chunk_bytes<T>();
 }
 
 /* Shared bytes of a flat launch: the stages, nt tokens' Q8_K x (ql bytes
@@ -838,29 +863,61 @@ static size_t flat_smem(size_t ql, int nt, int fr, int per, int nb)
     return flat_stage_bytes<T>() + ql * nt + (size_t)nt * per * fr * nb * sizeof(float);
 }
 
-/* Starts the copy of chunk c (units 32c .. 32c+31 below nun; unit_at(u):
- * unit u's bytes) into the stage st, and commits it (an empty group past
- * the end, so that the waits count alike in every lane). Where the chunk's
- * blocks lie back to back (one matrix, unpadded rows) the lanes copy
+/* Where chunk c (units 32c .. 32c+31 below nun; unit_at(u): unit u's
+ * bytes) lies: its first block p0, its n blocks, whether they lie back to
+ * back (one matrix, unpadded rows). */
+template <class T, class UnitAt>
+static __device__ __forceinline__ bool flat_chunk(const UnitAt &unit_at, int c, int nun,
+                                                  const uint8_t *&p0, int &n)
+{
+    const int u0 = 32 * c;
+    n = min(32, nun - u0);
+    if (n <= 0)
+        return false;
+    p0 = unit_at(u0);
+    return unit_at(u0 + n - 1) == p0 + (size_t)(n - 1) * T::BB;
+}
+
+/* Offset of p in its 16-byte piece (0 where blocks are 16-byte multiples). */
+template <class T>
+static __device__ __forceinline__ int flat_off(const uint8_t *p)
+{
+    return T::BB % 16 ? (int)((uintptr_t)p & 15) : 0;
+}
+
+/* Starts the copy of chunk c into the stage st (flat_slot's layout), and
+ * commits it (an empty group past the end, so that the waits count alike
+ * in every lane). Where the chunk's blocks lie back to back the lanes copy
  * consecutive 16-byte pieces: 512 bytes in a row per instruction. */
 template <class T, class UnitAt>
 static __device__ __forceinline__ void flat_fetch(const UnitAt &unit_at, int c, int nun,
                                                   uint8_t *st, int lane)
 {
-    const int u0 = 32 * c, n = min(32, nun - u0);
-    if (n > 0) {
-        const uint8_t *p0 = unit_at(u0);
-        if (unit_at(u0 + n - 1) == p0 + (size_t)(n - 1) * T::BB) {
-            for (int k = lane; k < n * (T::BB / 16); k += 32)
-                cw_cp16(st + 16 * k, p0 + 16 * k);
-        } else if (lane < n) {
-            const uint8_t *p = unit_at(u0 + lane);
-#pragma unroll
-            for (int k = 0; k < T::BB / 16; k++)
-                cw_cp16(st + lane * T::BB + 16 * k, p + 16 * k);
-        }
+    const uint8_t *p0;
+    int n;
+    if (flat_chunk<T>(unit_at, c, nun, p0, n)) {
+        const int o = flat_off<T>(p0);
+        for (int k = lane; k < (o + n * T::BB + 15) / 16; k += 32)
+            cw_cp16(st + 16 * k, p0 - o + 16 * k);
+    } else if (lane < n) {
+        const uint8_t *p = unit_at(32 * c + lane);
+        const int o = flat_off<T>(p);
+        for (int k = 0; k < (o + T::BB + 15) / 16; k++)
+            cw_cp16(st + lane * flat_slot<T>() + 16 * k, p - o + 16 * k);
     }
     cw_cp_commit();
+}
+
+/* This lane's block of chunk c in its stage st (flat_fetch's layout). */
+template <class T, class UnitAt>
+static __device__ __forceinline__ const uint8_t *flat_block(const UnitAt &unit_at, int c,
+                                                            int nun, const uint8_t *st, int lane)
+{
+    const uint8_t *p0;
+    int n;
+    if (flat_chunk<T>(unit_at, c, nun, p0, n))
+        return st + flat_off<T>(p0) + lane * T::BB;
+    return st + lane * flat_slot<T>() + flat_off<T>(unit_at(32 * c + lane));
 }
 
 /* v_b of the nun units of a group (chunks warp, warp + FLAT_WARPS, ...)
@@ -877,14 +934,17 @@ static __device__ __forceinline__ void flat_stream(const UnitAt &unit_at, int nu
         flat_fetch<T>(unit_at, warp, nun, stg, lane);
     int buf = 0;
     for (int c = warp; c < nch; c += FLAT_WARPS, buf ^= 1) {
-        flat_fetch<T>(unit_at, c + FLAT_WARPS, nun, stg + (buf ^ 1) * 32 * T::BB, lane);
+        flat_fetch<T>(unit_at, c + FLAT_WARPS, nun, stg + (buf ^ 1) * flat_chunk_bytes<T>(),
+                      lane);
         cw_cp_wait<1>(); /* chunk c: this lane's copies */
         __syncwarp();    /* ... and every lane's */
         const int u = 32 * c + lane;
         if (u < nun) {
             const int b = u % nb;
             float v[NT];
-            lpb_block<T, NT, true>(stg + buf * 32 * T::BB + lane * T::BB, xq, nb, b, v);
+            lpb_block<T, NT, true>(
+                flat_block<T>(unit_at, c, nun, stg + buf * flat_chunk_bytes<T>(), lane), xq, nb,
+                b, v);
 #pragma unroll
             for (int t = 0; t < NT; t++)
                 if (t < nt)
@@ -918,7 +978,7 @@ static __global__ void __launch_bounds__(FLAT_THREADS) gemv_flat_kernel(const mv
     extern __shared__ __align__(16) uint8_t smem[];
     const int nb = a.nb, fr = a.fr, stride = fr * nb, lane = threadIdx.x & 31;
     const int64_t n_grp = (a.n_out + fr - 1) / fr;
-    uint8_t *stg = smem + (threadIdx.x >> 5) * 2 * 32 * T::BB;
+    uint8_t *stg = smem + (threadIdx.x >> 5) * 2 * flat_chunk_bytes<T>();
     int64_t r0 = (int64_t)blockIdx.x * fr;
     const auto unit_at = [&](int u) {
         const int r = u / nb;
@@ -934,7 +994,7 @@ static __global__ void __launch_bounds__(FLAT_THREADS) gemv_flat_kernel(const mv
     if (a.xqg)
         xq_load(a.xqg, (int)(a.nt * ql), xqs);
     else
-        xq_stage<T, true>(a.x, a.ldx, a.nt, nb, xqs);
+        xq_stage<T>(a.x, a.ldx, a.nt, nb, xqs);
     float *sv = (float *)(xqs + a.nt * ql);
     __syncthreads();
     const uint8_t *xq[NT];
@@ -964,16 +1024,35 @@ static __global__ void __launch_bounds__(FLAT_THREADS) gemv_flat_kernel(const mv
 /* Rows per group of the flat kernels (per: rows of units per output row,
  * 2 for the gate/up): groups of at most FLAT_FR_MAX rows whose v_b fit
  * FLAT_SV_MAX, as few per block as that allows, and as many groups as
- * blocks in those waves of FLAT_CPS blocks per SM (no short last wave). */
-static int flat_rows(int64_t n_out, int nb, int nt, int per, int n_sm)
+ * blocks in those waves of cps blocks per SM (no short last wave). */
+static int flat_rows(int64_t n_out, int nb, int nt, int per, int n_sm, int cps)
 {
-    const int64_t wave = (int64_t)FLAT_CPS * n_sm;
+    const int64_t wave = (int64_t)cps * n_sm;
     int64_t lim = FLAT_SV_MAX / ((int64_t)nt * per * nb * (int64_t)sizeof(float));
     lim = lim < FLAT_FR_MAX ? lim : FLAT_FR_MAX;
     lim = lim > 1 ? lim : 1;
     const int64_t k = (n_out + wave * lim - 1) / (wave * lim); /* groups per block */
     const int64_t fr = (n_out + wave * k - 1) / (wave * k);
     return fr > 1 ? (int)fr : 1;
+}
+
+/* Plans a flat launch of nt tokens (ql: one token's Q8_K bytes): sets fr
+ * for waves of FLAT_CPS blocks per SM, or of fewer where their shared
+ * memory does not fit the SM's (smem_sm; 1 KB more per block is the
+ * system's), and returns the launch's shared bytes; 0 where one block's
+ * do not fit smem_optin (the caller takes another kernel). */
+template <class T>
+static size_t flat_plan(int64_t n_out, int nb, int nt, int per, size_t ql, int n_sm,
+                        size_t smem_optin, size_t smem_sm, int &fr)
+{
+    for (int cps = FLAT_CPS;; cps--) {
+        fr = flat_rows(n_out, nb, nt, per, n_sm, cps);
+        const size_t fsm = flat_smem<T>(ql, nt, fr, per, nb);
+        if (fsm + 1024 > smem_optin)
+            return 0;
+        if (cps == 1 || (size_t)cps * (fsm + 1024) <= smem_sm)
+            return fsm;
+    }
 }
 
 struct moe_args {
@@ -1095,8 +1174,8 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_kernel(const moe_a
 }
 
 /* The Q8_K types with K == 1 (the dense FFN's gate and up where q8k_use
- * says so; Q4_K/Q5_K take moe_gate_up_lpb_kernel or, for rows of more
- * than 8 blocks, moe_gate_up_flat_kernel below):
+ * says so; rows of more than 8 blocks take moe_gate_up_flat_kernel below,
+ * the others of Q4_K/Q5_K moe_gate_up_lpb_kernel):
  * the block quantises the pair's token once (xq_stage) and walks row
  * groups (persistent grid.x); each warp a row's gate and up as
  * mv_dot_q8k's two rows, so g and u are the bits cw_k_matmul gives (the
@@ -1171,7 +1250,7 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_lpb_kernel(const m
     if (a.xqg)
         xq_load(a.xqg + pair * kq_xq_bytes(a.nb), kq_xq_bytes(a.nb), smem);
     else
-        xq_stage<T, true>(a.x + (pair / a.K) * (int64_t)a.nb * T::QK, 0, 1, a.nb, smem);
+        xq_stage<T>(a.x + (pair / a.K) * (int64_t)a.nb * T::QK, 0, 1, a.nb, smem);
     __syncthreads();
     const uint8_t *xs[1] = {smem};
     for (int64_t rb = rb0; rb < a.n_out; rb += step) {
@@ -1206,7 +1285,7 @@ static __global__ void __launch_bounds__(FLAT_THREADS) moe_gate_up_flat_kernel(c
         return (q < nr ? gw + (size_t)(r0 + q) * a.rb : uw + (size_t)(r0 + q - nr) * a.rb) +
                (size_t)(u - q * nb) * T::BB;
     };
-    uint8_t *stg = smem + (threadIdx.x >> 5) * 2 * 32 * T::BB;
+    uint8_t *stg = smem + (threadIdx.x >> 5) * 2 * flat_chunk_bytes<T>();
     /* no ids (expert 0): the warp's first chunk, asked for before the wait */
     const bool pre = !a.ids;
     if (pre)
@@ -1226,7 +1305,7 @@ static __global__ void __launch_bounds__(FLAT_THREADS) moe_gate_up_flat_kernel(c
     if (a.xqg)
         xq_load(a.xqg + pair * ql, (int)ql, xqs);
     else
-        xq_stage<T, true>(a.x + (pair / a.K) * (int64_t)nb * T::QK, 0, 1, nb, xqs);
+        xq_stage<T>(a.x + (pair / a.K) * (int64_t)nb * T::QK, 0, 1, nb, xqs);
     float *sv = (float *)(xqs + ql);
     __syncthreads();
     const uint8_t *xs[1] = {xqs};
@@ -1601,8 +1680,8 @@ static bool xqn_fits(int64_t n_in)
 
 /* Launches xq_kernel: n_tok tokens of x (row stride ldx) into xq; or, with
  * nm, xqn_kernel: x as the norm of nm's h, also written to nm's y (the
- * caller checked xqn_fits). ROT: the layout of gemv_lpb_kernel (xq_rot). */
-template <class T, bool ROT>
+ * caller checked xqn_fits). */
+template <class T>
 static cudaError_t xq_launch(cudaStream_t s, bool pdl, const float *x, int64_t ldx, int64_t n_tok,
                              int nb, uint8_t *xq, const xq_norm *nm)
 {
@@ -1612,17 +1691,17 @@ static cudaError_t xq_launch(cudaStream_t s, bool pdl, const float *x, int64_t l
         const size_t smem = (size_t)nb * T::QK * sizeof(float);
         cudaError_t e;
         if (smem > (48 << 10) &&
-            (e = cudaFuncSetAttribute((const void *)xqn_kernel<T, B, ROT>,
+            (e = cudaFuncSetAttribute((const void *)xqn_kernel<T, B>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) !=
                 cudaSuccess)
             return e;
-        return cw_launch(s, pdl, xqn_kernel<T, B, ROT>,
+        return cw_launch(s, pdl, xqn_kernel<T, B>,
                          dim3((unsigned)((nb + pern - 1) / pern), (unsigned)n_tok), dim3(B),
                          smem, *nm, nb, xq);
     }
     const int64_t per = XQB * (XQ_THREADS / 32);
     const int64_t items = n_tok * nb;
-    return cw_launch(s, pdl, xq_kernel<T, ROT>, dim3((unsigned)((items + per - 1) / per)),
+    return cw_launch(s, pdl, xq_kernel<T>, dim3((unsigned)((items + per - 1) / per)),
                      dim3(XQ_THREADS), 0, x, ldx, (int)n_tok, nb, xq);
 }
 
@@ -1685,7 +1764,7 @@ struct gemv_launch {
     bool pdl;
     mv_args a;
     int64_t n_tok;
-    size_t smem_optin;
+    size_t smem_optin, smem_sm;
     const float *x0, *sl0;
     float *y0[MV_SEGS], *epi_y0;
     int n_sm;
@@ -1702,27 +1781,34 @@ struct gemv_launch {
         e = launch_k(gemv_kernel<T, RR, NT, SX, Q8K>, dim3(grp), SX, WARPS * 32, smem, s, pdl, a,
                      n_sm);
     }
+    /* One token group of a Q8_K product: the flat kernel for rows of more
+     * than 8 blocks (flat_use) where its shared memory fits, else Q4_K and
+     * Q5_K one lane per block (lpb_use), Q6_K 8 lanes per block (short
+     * launches one row per warp up to 2 tokens, as the f32 path). */
     template <class T, int NT>
-    void lpb_one(size_t ql)
+    void q8k_one(size_t ql, bool r1)
     {
-        a.fr = flat_rows(a.n_out, a.nb, a.nt, 1, n_sm);
-        const size_t fsm = flat_smem<T>(ql, a.nt, a.fr, 1, a.nb);
-        if (flat_use(a.nb) && fsm + 1024 <= smem_optin) {
+        const size_t fsm = flat_use(a.nb) ? flat_plan<T>(a.n_out, a.nb, a.nt, 1, ql, n_sm,
+                                                         smem_optin, smem_sm, a.fr)
+                                          : 0;
+        if (fsm) {
             const size_t smem = fsm > cw_norm_epi_smem(a.epi) ? fsm : cw_norm_epi_smem(a.epi);
             e = launch_k(gemv_flat_kernel<T, NT>, dim3((unsigned)((a.n_out + a.fr - 1) / a.fr)),
                          1, FLAT_THREADS, smem, s, pdl, a, n_sm);
-            return;
+        } else if constexpr (lpb_use<T>()) {
+            size_t smem = ql * a.nt;
+            smem = smem > cw_norm_epi_smem(a.epi) ? smem : cw_norm_epi_smem(a.epi);
+            unsigned grp = (unsigned)((a.n_out + WARPS * LPB_ROWS - 1) / (WARPS * LPB_ROWS));
+            e = launch_k(gemv_lpb_kernel<T, NT>, dim3(grp), 1, WARPS * 32, smem, s, pdl, a, n_sm);
+        } else if constexpr (NT <= 2) {
+            r1 ? one<T, 1, NT, true, true>(ql) : one<T, 2, NT, true, true>(ql);
+        } else {
+            one<T, 2, NT, true, true>(ql);
         }
-        size_t smem = ql * a.nt;
-        smem = smem > cw_norm_epi_smem(a.epi) ? smem : cw_norm_epi_smem(a.epi);
-        unsigned grp = (unsigned)((a.n_out + WARPS * LPB_ROWS - 1) / (WARPS * LPB_ROWS));
-        e = launch_k(gemv_lpb_kernel<T, NT>, dim3(grp), 1, WARPS * 32, smem, s, pdl, a, n_sm);
     }
     /* The Q8_K types (kq_q8k): x quantised per block in shared memory, by
-     * groups of the largest of 8, 4, 2, 1 tokens that fit XS_MAX; Q4_K and
-     * Q5_K one lane per block (lpb_use: the flat kernels for rows of more
-     * than 8 blocks, lpb_one), Q6_K 8 lanes per block, short
-     * launches one row per warp up to 2 tokens (as the f32 path); false
+     * groups of the largest of 8, 4, 2, 1 tokens that fit XS_MAX, each
+     * group's kernel as q8k_one picks it; false
      * (the f32 path) where q8k_use says no for this launch's matrices
      * (cw_k_matmul_multi groups them by that answer). */
     template <class T>
@@ -1740,9 +1826,7 @@ struct gemv_launch {
             e = cudaErrorInvalidValue;
             return true;
         }
-        constexpr bool lpb = lpb_use<T>();
-        (void)r1; /* lpb: one group of rows per warp whatever the count */
-        e = once ? xq_launch<T, lpb>(s, pdl, x0, a.ldx, n_tok, a.nb, xq_scr, nm) : cudaSuccess;
+        e = once ? xq_launch<T>(s, pdl, x0, a.ldx, n_tok, a.nb, xq_scr, nm) : cudaSuccess;
         for (int64_t t0 = 0; t0 < n_tok && e == cudaSuccess; t0 += ntg) {
             a.nt = (int)(n_tok - t0 < ntg ? n_tok - t0 : ntg);
             a.x = x0 + t0 * a.ldx;
@@ -1752,23 +1836,14 @@ struct gemv_launch {
             if (a.epi.w)
                 a.epi.y = epi_y0 + t0 * a.epi.ldy;
             a.scale_logit = sl0 ? sl0 + t0 : NULL;
-            if constexpr (lpb) {
-                if (a.nt == 1)
-                    lpb_one<T, 1>(ql);
-                else if (a.nt == 2)
-                    lpb_one<T, 2>(ql);
-                else if (a.nt <= 4)
-                    lpb_one<T, 4>(ql);
-                else
-                    lpb_one<T, 8>(ql);
-            } else if (a.nt == 1)
-                r1 ? one<T, 1, 1, true, true>(ql) : one<T, 2, 1, true, true>(ql);
+            if (a.nt == 1)
+                q8k_one<T, 1>(ql, r1);
             else if (a.nt == 2)
-                r1 ? one<T, 1, 2, true, true>(ql) : one<T, 2, 2, true, true>(ql);
+                q8k_one<T, 2>(ql, r1);
             else if (a.nt <= 4)
-                one<T, 2, 4, true, true>(ql);
+                q8k_one<T, 4>(ql, r1);
             else
-                one<T, 2, 8, true, true>(ql);
+                q8k_one<T, 8>(ql, r1);
         }
         return true;
     }
@@ -1832,7 +1907,7 @@ struct moe_launch {
     bool down;
     int64_t n_tok;
     int n_sm;
-    size_t smem_optin;
+    size_t smem_optin, smem_sm;
     uint8_t *xq_scr; /* scratch for xq_once (the K = 1 Q8_K gate/up), or NULL */
     const xq_norm *nm; /* x as the norm of h, for that xq_once launch (norm_fuses), or NULL */
     cudaError_t e;
@@ -1867,26 +1942,25 @@ struct moe_launch {
             if constexpr (kq_q8k<T>::ON) {
                 constexpr bool lpb = lpb_use<T>();
                 const bool once = xq_scr && xq_once(a.nb);
-                e = once ? xq_launch<T, lpb>(s, pdl, a.x, n_in, n_tok, a.nb, xq_scr, nm)
+                e = once ? xq_launch<T>(s, pdl, a.x, n_in, n_tok, a.nb, xq_scr, nm)
                     : nm ? cudaErrorInvalidValue /* norm_fuses said yes: not reached */
                          : cudaSuccess;
                 a.xqg = once ? xq_scr : NULL;
                 const size_t ql = (size_t)kq_xq_bytes(a.nb);
                 if (e != cudaSuccess)
                     return 0;
-                if constexpr (lpb) {
-                    a.fr = flat_rows(a.n_out, a.nb, 1, 2, n_sm);
-                    const size_t fsm = flat_smem<T>(ql, 1, a.fr, 2, a.nb);
-                    if (flat_use(a.nb) && fsm + 1024 <= smem_optin) {
-                        e = launch_k(moe_gate_up_flat_kernel<T>,
-                                     dim3((unsigned)((a.n_out + a.fr - 1) / a.fr), (unsigned)n_tok),
-                                     1, FLAT_THREADS, fsm, s, pdl, a, n_sm);
-                    } else {
-                        e = launch_k(moe_gate_up_lpb_kernel<T>,
-                                     dim3((unsigned)((a.n_out + 2 * MW - 1) / (2 * MW)),
-                                          (unsigned)n_tok),
-                                     1, MW * 32, ql, s, pdl, a, n_sm);
-                    }
+                const size_t fsm = flat_use(a.nb) ? flat_plan<T>(a.n_out, a.nb, 1, 2, ql, n_sm,
+                                                                 smem_optin, smem_sm, a.fr)
+                                                  : 0;
+                if (fsm) {
+                    e = launch_k(moe_gate_up_flat_kernel<T>,
+                                 dim3((unsigned)((a.n_out + a.fr - 1) / a.fr), (unsigned)n_tok), 1,
+                                 FLAT_THREADS, fsm, s, pdl, a, n_sm);
+                } else if constexpr (lpb) {
+                    e = launch_k(moe_gate_up_lpb_kernel<T>,
+                                 dim3((unsigned)((a.n_out + 2 * MW - 1) / (2 * MW)),
+                                      (unsigned)n_tok),
+                                 1, MW * 32, ql, s, pdl, a, n_sm);
                 } else {
                     e = launch_k(moe_gate_up_q8k_kernel<T>,
                                  dim3((unsigned)((a.n_out + MW - 1) / MW), (unsigned)n_tok), 1,
@@ -2011,6 +2085,7 @@ static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const
     f.x0 = d_x, f.sl0 = d_scale_logit;
     f.n_sm = c->info.n_sm > 0 ? c->info.n_sm : 1;
     f.smem_optin = c->info.smem_optin;
+    f.smem_sm = c->info.smem_sm;
     f.q8k = cw_k_q8k(c, W[0]->type, W[0]->n_in, W[0]->n_out);
     f.a.xqg = NULL;
     f.xq_scr = (uint8_t *)d_scratch;
@@ -2231,6 +2306,7 @@ static int moe_gate_up_run(struct cw_cuda *c, const struct cw_k_mat *G, const st
     f.n_tok = n_tok;
     f.n_sm = c->info.n_sm > 0 ? c->info.n_sm : 1;
     f.smem_optin = c->info.smem_optin;
+    f.smem_sm = c->info.smem_sm;
     f.xq_scr = (uint8_t *)d_scratch;
     /* x as the norm of h: in the K = 1 launch that quantises x once, else
      * a norm launch first */
@@ -2270,6 +2346,7 @@ static int moe_down_run(struct cw_cuda *c, const struct cw_k_mat *D, const struc
     f.n_tok = n_tok;
     f.n_sm = c->info.n_sm;
     f.smem_optin = c->info.smem_optin;
+    f.smem_sm = c->info.smem_sm;
     f.xq_scr = NULL;
     f.nm = NULL;
     f.e = cudaSuccess;

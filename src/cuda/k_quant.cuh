@@ -659,6 +659,9 @@ struct kq_k6_int {
         int hh = e >> 7, k = (e >> 5) & 3, l = e & 31;
         return 16 * (8 * (k >> 1) + 4 * hh + (l >> 3)) + 8 * (k & 1);
     }
+    /* SM: b in shared memory (the flat kernels' stage): the same 2-byte
+     * aligned loads, which a generic address serves from either space */
+    template <bool SM = false>
     static __device__ void unit(const uint8_t *b, int p, kq_iu &u)
     {
         int hh = p >> 2, l0 = 8 * (p & 3);

@@ -612,11 +612,61 @@ static void check_xq_once(enum cw_qtype type)
     hmat_free(&m), hmat_free(&u);
 }
 
-/* Q8_K products whose rows hold more than 8 blocks (the 27B's; Q4_K and
- * Q5_K take the flat kernels there): 68 and 13 blocks, a row count that
- * leaves the last row group short, one and two token groups, add and
- * scale, batch invariance; the CPU's vec_dot bits where no epilogue
- * rounds. */
+/* The flat kernels' chunks whose blocks do not lie back to back (copied
+ * lane by lane): rows padded by 48 bytes in one launch with an unpadded
+ * matrix after it, whose first rows share a chunk with the padded one's
+ * last (13 blocks a row: 2200 rows end mid-chunk); each matrix's outputs
+ * bit-equal to its own launch's, unpadded, at 1 and 3 tokens. */
+static void check_long_scatter(enum cw_qtype type)
+{
+    enum { IN = 3328, R0 = 2200, R1 = 2203, PAD = 48, NT = 3 };
+    struct hmat m0, m1;
+    hmat_make(&m0, type, IN, R0);
+    hmat_make(&m1, type, IN, R1);
+    const size_t rbp = m0.rb + PAD;
+    uint8_t *padded = calloc(R0, rbp);
+    for (int64_t r = 0; r < R0; r++)
+        memcpy(padded + r * rbp, m0.q + r * m0.rb, m0.rb);
+    void *d0 = dalloc(m0.rb * R0), *dp = dalloc(rbp * R0), *d1 = dalloc(m1.rb * R1);
+    up(d0, m0.q, m0.rb * R0);
+    up(dp, padded, rbp * R0);
+    up(d1, m1.q, m1.rb * R1);
+    struct cw_k_mat W0 = {type, d0, m0.rb, 0, IN, R0}, WP = {type, dp, rbp, 0, IN, R0},
+                    W1 = {type, d1, m1.rb, 0, IN, R1};
+    const struct cw_k_mat *Wp[2] = {&WP, &W1};
+    float *x = malloc(sizeof(float) * IN * NT), *a = malloc(sizeof(float) * R1 * NT),
+          *b = malloc(sizeof(float) * R1 * NT);
+    fill_x(x, IN * NT);
+    float *dx = dalloc(sizeof(float) * IN * NT), *dy[2], *dr = dalloc(sizeof(float) * R1 * NT);
+    dy[0] = dalloc(sizeof(float) * R0 * NT), dy[1] = dalloc(sizeof(float) * R1 * NT);
+    up(dx, x, sizeof(float) * IN * NT);
+    size_t ns = cw_k_matmul_scratch(&W1, NT);
+    void *scr = ns ? dalloc(ns) : NULL;
+    int64_t ldy[2] = {R0, R1};
+    int same = 1;
+    for (int nt = 1; nt <= NT; nt += NT - 1) {
+        CK(cw_k_matmul_multi(C, 2, Wp, dx, IN, nt, dy, ldy, scr, &E));
+        for (int i = 0; i < 2; i++) {
+            const int64_t R = i ? R1 : R0;
+            CK(cw_k_matmul(C, i ? &W1 : &W0, dx, IN, nt, dr, R, false, NULL, scr, &E));
+            down(a, dy[i], sizeof(float) * R * nt);
+            down(b, dr, sizeof(float) * R * nt);
+            same &= !memcmp(a, b, sizeof(float) * R * nt);
+        }
+    }
+    ok(same, "%s %d-wide: padded rows and a segment boundary mid-chunk = each matrix alone, at "
+             "1 and 3 tokens",
+       cw_qtype_name(type), IN);
+    free(x), free(a), free(b), free(padded);
+    cw_cuda_free(C, d0), cw_cuda_free(C, dp), cw_cuda_free(C, d1), cw_cuda_free(C, dx);
+    cw_cuda_free(C, dy[0]), cw_cuda_free(C, dy[1]), cw_cuda_free(C, dr), cw_cuda_free(C, scr);
+    hmat_free(&m0), hmat_free(&m1);
+}
+
+/* Q8_K products whose rows hold more than 8 blocks (the 27B's: the flat
+ * kernels): 68 and 13 blocks, a row count that leaves the last row group
+ * short, one and two token groups, add and scale, batch invariance; the
+ * CPU's vec_dot bits where no epilogue rounds. */
 static void check_long_rows(enum cw_qtype type)
 {
     static const struct { int64_t n_in, n_out, n_tok; int add, scale; } S[] = {
@@ -681,6 +731,7 @@ static void test_type(enum cw_qtype type)
         check_q8k_edges(type);
         check_xq_once(type);
         check_long_rows(type);
+        check_long_scatter(type);
     }
 }
 
