@@ -27,8 +27,8 @@
  * Q8_0's 34, ...) are staged per warp into shared memory with coalesced
  * 16-byte loads first, then read from there with their own alignment.
  *
- * Q4_K/Q5_K/Q6_K (q8k_use: the long matrices, the LM heads, the tiny ones
- * beside them; moe_q8k_use: the routed experts' gate/up) multiply
+ * Q4_K/Q5_K/Q6_K (q8k_use: every matrix whose x's Q8_K copy fits XS_MAX,
+ * the routed experts' gate/up too) multiply
  * integers instead: each block quantises its tokens' x to Q8_K in
  * shared memory first (xq_stage, the CPU's quantiser operation for
  * operation), then per unit 8 dp4a against the weights' 4-6 bit values,
@@ -798,7 +798,7 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_lpb_kernel(const mv_ar
     cw_norm_epilogue<WARPS * 32>(a.epi, a.seg[0].y, a.seg[0].ldy, a.nt, smem);
 }
 
-/* The Q8_K products (Q4_K, Q5_K, Q6_K) whose rows hold more than 8 blocks
+/* The Q8_K products (Q4_K, Q5_K, Q6_K) whose rows hold 8 blocks or more
  * (flat_use): the lpb kernels give a row's 8 lanes nb/8 blocks each in
  * turn, and a 5120-row matrix then fills only ~10 warps per SM of an H200
  * (ncu, 27B decode: gemv_lpb_kernel at 1.7 TB/s, long-scoreboard bound).
@@ -821,9 +821,12 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_lpb_kernel(const mv_ar
 #define FLAT_FR_MAX 64         /* rows per group: the LM heads' groups stay many */
 #define FLAT_SV_MAX (32 << 10) /* shared bytes of the v_b of one group */
 
+/* From 8 blocks a row: the 35B's 2048-wide products too, where 8 lanes of
+ * a row each took one block (H200, 35B decode, the same bits: 340.8 ->
+ * 355.6 tok/s). Narrower rows stay with the lpb kernels. */
 static bool flat_use(int nb)
 {
-    return nb > 8;
+    return nb >= 8;
 }
 
 /* Blocks whose length is not a multiple of 16 bytes (Q6_K's 210) start at
@@ -923,7 +926,8 @@ static __device__ __forceinline__ const uint8_t *flat_block(const UnitAt &unit_a
 /* v_b of the nun units of a group (chunks warp, warp + FLAT_WARPS, ...)
  * for the nt tokens into sv[t * stride + u]. stg: this warp's two stages;
  * pre: its first chunk is already fetched into the first (before the PDL
- * wait). Ends with no copy in flight. */
+ * wait, or through the previous group's sums). Ends with no copy in
+ * flight. */
 template <class T, int NT, class UnitAt>
 static __device__ __forceinline__ void flat_stream(const UnitAt &unit_at, int nun, int nb,
                                                    const uint8_t *const *xq, int nt, float *sv,
@@ -1002,10 +1006,16 @@ static __global__ void __launch_bounds__(FLAT_THREADS) gemv_flat_kernel(const mv
     for (int t = 0; t < NT; t++)
         xq[t] = xqs + (t < a.nt ? t : 0) * ql;
     for (int64_t gr = blockIdx.x; gr < n_grp; gr += gridDim.x) {
-        r0 = gr * fr;
-        const int nr = rows_of(r0);
-        flat_stream<T, NT>(unit_at, nr * nb, nb, xq, a.nt, sv, stride, stg,
-                           gr == (int64_t)blockIdx.x);
+        const int64_t rb = gr * fr;
+        const int nr = rows_of(rb);
+        r0 = rb;
+        flat_stream<T, NT>(unit_at, nr * nb, nb, xq, a.nt, sv, stride, stg, true);
+        /* the next group's first chunk, in flight through the sums below
+         * (the LM heads' blocks walk ~15 groups) */
+        if (gr + gridDim.x < n_grp) {
+            r0 = rb + (int64_t)gridDim.x * fr;
+            flat_fetch<T>(unit_at, threadIdx.x >> 5, rows_of(r0) * nb, stg, lane);
+        }
         __syncthreads();
         for (int rr = 0; rr < nr; rr += FLAT_THREADS / 8) {
             const int r = rr + (int)(threadIdx.x >> 3), j = threadIdx.x & 7;
@@ -1014,7 +1024,7 @@ static __global__ void __launch_bounds__(FLAT_THREADS) gemv_flat_kernel(const mv
 #pragma unroll
             for (int t = 0; t < NT; t++)
                 if (j == t && r < nr && t < a.nt)
-                    mv_put(a, r0 + r, t, acc[t]);
+                    mv_put(a, rb + r, t, acc[t]);
         }
         __syncthreads(); /* sv is the next group's */
     }
@@ -1174,7 +1184,7 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_kernel(const moe_a
 }
 
 /* The Q8_K types with K == 1 (the dense FFN's gate and up where q8k_use
- * says so; rows of more than 8 blocks take moe_gate_up_flat_kernel below,
+ * says so; rows of 8 blocks or more take moe_gate_up_flat_kernel below,
  * the others of Q4_K/Q5_K moe_gate_up_lpb_kernel):
  * the block quantises the pair's token once (xq_stage) and walks row
  * groups (persistent grid.x); each warp a row's gate and up as
@@ -1265,8 +1275,8 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_lpb_kernel(const m
     }
 }
 
-/* moe_gate_up_lpb_kernel as the flat kernels (flat_use: rows of more than
- * 8 blocks): a group of a.fr rows is 2 a.fr rows of units, the gate's
+/* moe_gate_up_lpb_kernel as the flat kernels (flat_use: rows of 8 blocks
+ * or more): a group of a.fr rows is 2 a.fr rows of units, the gate's
  * rows then the up's (each run of rows back to back in memory, so that
  * flat_fetch copies whole chunks); thread (r, j) forms gate row r and up
  * row r (flat_slots) and writes silu(g) u. The bits of cw_k_matmul, as
@@ -1287,7 +1297,7 @@ static __global__ void __launch_bounds__(FLAT_THREADS) moe_gate_up_flat_kernel(c
     };
     uint8_t *stg = smem + (threadIdx.x >> 5) * 2 * flat_chunk_bytes<T>();
     /* no ids (expert 0): the warp's first chunk, asked for before the wait */
-    const bool pre = !a.ids;
+    bool pre = !a.ids;
     if (pre)
         flat_fetch<T>(unit_at, threadIdx.x >> 5, 2 * nr * nb, stg, threadIdx.x & 31);
     cw_pdl_wait();
@@ -1310,18 +1320,25 @@ static __global__ void __launch_bounds__(FLAT_THREADS) moe_gate_up_flat_kernel(c
     __syncthreads();
     const uint8_t *xs[1] = {xqs};
     for (int64_t gr = blockIdx.x; gr < n_grp; gr += gridDim.x) {
-        r0 = gr * fr;
-        nr = (int)(a.n_out - r0 < fr ? a.n_out - r0 : fr);
-        flat_stream<T, 1>(unit_at, 2 * nr * nb, nb, xs, 1, sv, stride, stg,
-                          pre && gr == (int64_t)blockIdx.x);
+        const int64_t rb = gr * fr;
+        const int nrb = (int)(a.n_out - rb < fr ? a.n_out - rb : fr);
+        r0 = rb, nr = nrb;
+        flat_stream<T, 1>(unit_at, 2 * nr * nb, nb, xs, 1, sv, stride, stg, pre);
+        /* the next group's first chunk, in flight through the sums below */
+        pre = gr + gridDim.x < n_grp;
+        if (pre) {
+            r0 = rb + (int64_t)gridDim.x * fr;
+            nr = (int)(a.n_out - r0 < fr ? a.n_out - r0 : fr);
+            flat_fetch<T>(unit_at, threadIdx.x >> 5, 2 * nr * nb, stg, threadIdx.x & 31);
+        }
         __syncthreads();
-        for (int rr = 0; rr < nr; rr += FLAT_THREADS / 8) {
+        for (int rr = 0; rr < nrb; rr += FLAT_THREADS / 8) {
             const int r = rr + (int)(threadIdx.x >> 3);
             float g[1], u[1];
-            flat_slots<1>(sv, stride, r, nb, 1, r < nr, g);
-            flat_slots<1>(sv, stride, nr + r, nb, 1, r < nr, u);
-            if ((threadIdx.x & 7) == 0 && r < nr)
-                a.y[pair * a.n_out + r0 + r] = __fmul_rn(g[0] / (1.0f + expf(-g[0])), u[0]);
+            flat_slots<1>(sv, stride, r, nb, 1, r < nrb, g);
+            flat_slots<1>(sv, stride, nrb + r, nb, 1, r < nrb, u);
+            if ((threadIdx.x & 7) == 0 && r < nrb)
+                a.y[pair * a.n_out + rb + r] = __fmul_rn(g[0] / (1.0f + expf(-g[0])), u[0]);
         }
         __syncthreads();
     }
@@ -1618,20 +1635,20 @@ constexpr bool lpb_use()
     return kq_q8k<T>::ON && T::DIRECT;
 }
 
-/* Whether a product of this type and shape multiplies x quantised to Q8_K
- * (the kq_q8k types whose one-token copy fits XS_MAX): matrices of
- * n_out >= 16 n_sm rows (the 27B's, the LM heads), and those of at most 64
- * (the DeltaNet's beta and alpha), which then share the launch of the long
- * ones that read the same x (cw_k_matmul_multi groups by path). The rows
- * between stay on f32 x: there quantising x in every block first cost more
- * than it saved (35B decode, H200: 317 tok/s with every K-quant matrix on
- * Q8_K x, 327 with these). A function of the matrix alone: every n_tok,
- * the matmul and the K == 1 gate/up take the same path (batch invariance). */
+/* Whether a product of this type and width multiplies x quantised to Q8_K:
+ * every matrix of the kq_q8k types whose one-token copy fits XS_MAX, the
+ * MoE gate/up's experts too (their decode is issue-bound on f32 x: the
+ * 35B's gate_up at ~70% of issue slots). With 8 lanes a block and x
+ * quantised in every block, the matrices of 64 to 16 n_sm rows (the 35B's
+ * out-projections) once stayed on f32 x, which was faster there (35B
+ * decode, H200: 317 against 327 tok/s); with x quantised once and the flat
+ * kernels they gain (355.6 -> 365.9). A function of the width alone: every
+ * n_tok, the matmul and the gate/up take the same path (batch invariance). */
 template <class T>
-bool q8k_use(int64_t n_out, int nb, int n_sm)
+bool q8k_use(int nb)
 {
     if constexpr (kq_q8k<T>::ON)
-        return (size_t)kq_xq_bytes(nb) <= XS_MAX && (n_out >= (int64_t)16 * n_sm || n_out <= 64);
+        return (size_t)kq_xq_bytes(nb) <= XS_MAX;
     return false;
 }
 
@@ -1705,21 +1722,6 @@ static cudaError_t xq_launch(cudaStream_t s, bool pdl, const float *x, int64_t l
                      dim3(XQ_THREADS), 0, x, ldx, (int)n_tok, nb, xq);
 }
 
-/* Whether the decode MoE gate/up of K routed experts (S slots with the
- * shared one) multiplies Q8_K x: always for the kq_q8k types (their decode
- * is issue-bound on the f32 path: the 35B's gate_up at ~70% of issue
- * slots; 327 tok/s against 319 with it on f32 x); K = 1 without a shared
- * slot (the dense FFN) follows q8k_use. A function of the shapes alone,
- * never of n_tok. */
-template <class T>
-bool moe_q8k_use(int K, int S, int64_t n_out, int nb, int n_sm)
-{
-    if (K == 1 && S == 1)
-        return q8k_use<T>(n_out, nb, n_sm);
-    if constexpr (kq_q8k<T>::ON)
-        return (size_t)kq_xq_bytes(nb) <= XS_MAX;
-    return false;
-}
 
 /* Launches k with `smem` dynamic shared bytes (raising the kernel's limit
  * past 48 KB first); grid.x <= 0 asks for a persistent grid: as many blocks
@@ -1781,8 +1783,8 @@ struct gemv_launch {
         e = launch_k(gemv_kernel<T, RR, NT, SX, Q8K>, dim3(grp), SX, WARPS * 32, smem, s, pdl, a,
                      n_sm);
     }
-    /* One token group of a Q8_K product: the flat kernel for rows of more
-     * than 8 blocks (flat_use) where its shared memory fits, else Q4_K and
+    /* One token group of a Q8_K product: the flat kernel for rows of 8
+     * blocks or more (flat_use) where its shared memory fits, else Q4_K and
      * Q5_K one lane per block (lpb_use), Q6_K 8 lanes per block (short
      * launches one row per warp up to 2 tokens, as the f32 path). */
     template <class T, int NT>
@@ -1938,7 +1940,7 @@ struct moe_launch {
             e = launch_k(moe_down_kernel<T>, grid, 0, WARPS * 32,
                          ws > cw_norm_epi_smem(a.epi) ? ws : cw_norm_epi_smem(a.epi), s, pdl, a,
                          n_sm);
-        } else if (a.K == 1 && a.S == 1 && q8k_use<T>(a.n_out, a.nb, n_sm)) {
+        } else if (a.K == 1 && a.S == 1 && q8k_use<T>(a.nb)) {
             if constexpr (kq_q8k<T>::ON) {
                 constexpr bool lpb = lpb_use<T>();
                 const bool once = xq_scr && xq_once(a.nb);
@@ -1971,7 +1973,7 @@ struct moe_launch {
             dim3 grid((unsigned)((a.n_out + MW - 1) / MW), (unsigned)(n_tok * a.S));
             size_t ws = wstage_bytes<T, 2, MW>();
             const size_t ql = (size_t)kq_xq_bytes(a.nb);
-            if (moe_q8k_use<T>(a.K, a.S, a.n_out, a.nb, n_sm)) {
+            if (q8k_use<T>(a.nb)) {
                 if constexpr (kq_q8k<T>::ON)
                     e = launch_k(moe_gate_up_kernel<T, false, true>, grid, 0, MW * 32, ws + ql, s,
                                  pdl, a, n_sm);
@@ -1990,23 +1992,22 @@ struct moe_launch {
 
 namespace {
 struct q8k_query {
-    int64_t n_out;
-    int nb, n_sm, K; /* K = 0: a matmul; else the MoE gate/up of K experts */
+    int nb;
     bool on;
     template <class T>
     int go()
     {
-        on = K ? moe_q8k_use<T>(K, K, n_out, nb, n_sm) : q8k_use<T>(n_out, nb, n_sm);
+        on = q8k_use<T>(nb);
         return 0;
     }
 };
 
-bool q8k_ask(const struct cw_cuda *c, enum cw_qtype type, int64_t n_in, int64_t n_out, int K)
+bool q8k_ask(enum cw_qtype type, int64_t n_in)
 {
     int qk = cw_k_block_elems(type);
     if (qk <= 0 || n_in % qk)
         return false;
-    q8k_query f = {n_out, (int)(n_in / qk), c->info.n_sm > 0 ? c->info.n_sm : 1, K, false};
+    q8k_query f = {(int)(n_in / qk), false};
     cw_k_dispatch(type, f);
     return f.on;
 }
@@ -2015,13 +2016,13 @@ bool q8k_ask(const struct cw_cuda *c, enum cw_qtype type, int64_t n_in, int64_t 
 extern "C" bool cw_k_q8k(const struct cw_cuda *c, enum cw_qtype type, int64_t n_in,
                          int64_t n_out)
 {
-    return q8k_ask(c, type, n_in, n_out, 0);
+    return c && n_out > 0 && q8k_ask(type, n_in);
 }
 
 extern "C" bool cw_k_moe_q8k(const struct cw_cuda *c, enum cw_qtype type, int64_t n_in,
                              int64_t n_out, int K)
 {
-    return K >= 1 && q8k_ask(c, type, n_in, n_out, K);
+    return c && n_out > 0 && K >= 1 && q8k_ask(type, n_in);
 }
 
 /* Whether W's GEMV launches of n_tok tokens, given scratch, quantise x once
@@ -2032,7 +2033,7 @@ static bool norm_fuses(const struct cw_cuda *c, const struct cw_k_mat *W, int64_
 {
     const int qk = cw_k_block_elems(W->type);
     return n_tok <= CW_K_GEMV_MAX_TOK && qk > 0 && W->n_in % qk == 0 &&
-           q8k_ask(c, W->type, W->n_in, W->n_out, 0) && xq_once((int)(W->n_in / qk)) &&
+           q8k_ask(W->type, W->n_in) && xq_once((int)(W->n_in / qk)) &&
            xqn_fits(W->n_in);
 }
 

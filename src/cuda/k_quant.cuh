@@ -568,7 +568,8 @@ struct kt_iq4_xs {
  * The Q8_K copy of a token in shared memory (kq_xq_bytes): nb blocks of 256
  * int8 laid out for the units (xq_pos: lane p's 32 bytes are the 16-byte
  * granules p and 8 + p of its block, so the 8 lanes of a block read 8
- * distinct bank groups per load), then nb*16 int16 bsums in element order,
+ * distinct bank groups per load; k_gemv.cu turns them by the block's
+ * index, xq_rot), then nb*16 int16 bsums in element order,
  * then nb f32 d. */
 static __host__ __device__ __forceinline__ int kq_xq_bytes(int nb)
 {

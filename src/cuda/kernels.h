@@ -116,15 +116,15 @@ int cw_k_matmul_multi_norm(struct cw_cuda *c, int n, const struct cw_k_mat *cons
 
 /* Whether cw_k_matmul (n_tok <= 32) and cw_k_moe_gate_up with K = 1 of
  * this type and shape multiply x quantised to Q8_K as the CPU does, with
- * results bit-equal to the CPU's vec_dot (k_gemv.cu: Q4_K/Q5_K/Q6_K of at
- * least 16 rows per SM, or at most 64 rows); otherwise f32 x. */
+ * results bit-equal to the CPU's vec_dot (k_gemv.cu: Q4_K/Q5_K/Q6_K whose
+ * x's Q8_K copy fits a block's shared memory, n_in up to 89600; the answer
+ * depends on the type and n_in alone); otherwise f32 x. */
 bool cw_k_q8k(const struct cw_cuda *c, enum cw_qtype type, int64_t n_in, int64_t n_out);
 
 /* Whether the decode (n_tok <= 32) MoE gate/up of K routed experts, and the
  * shared expert fused as their slot K, multiply x quantised to Q8_K (g and
- * u bit-equal to the CPU's vec_dot): every Q4_K/Q5_K/Q6_K expert matrix;
- * K = 1 follows cw_k_q8k (the dense FFN's gate/up agree with its matmuls).
- * The MoE down always takes f32 x. */
+ * u bit-equal to the CPU's vec_dot): as cw_k_q8k. The MoE down always
+ * takes f32 x. */
 bool cw_k_moe_q8k(const struct cw_cuda *c, enum cw_qtype type, int64_t n_in, int64_t n_out,
                   int K);
 

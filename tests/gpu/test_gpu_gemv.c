@@ -254,9 +254,8 @@ static void check_invariance(const struct hmat *m, const void *d_w)
  * outside y_i's n_out columns of each row. */
 static void check_multi(void)
 {
-    /* the 2200-row q4_K and the 3- and 33-row ones take the Q8_K path on a
-     * device of <= 137 SMs (cw_k_q8k), the 100-row one f32 x: one launch
-     * per path */
+    /* the four q4_K matrices share one Q8_K launch (cw_k_q8k), the q6_K
+     * and the f32 one take theirs */
     enum { N = 6, IN = 2048, LD = 2203 };
     static const enum cw_qtype ty[N] = {CW_TYPE_Q6_K, CW_TYPE_Q4_K, CW_TYPE_Q4_K, CW_TYPE_F32,
                                         CW_TYPE_Q4_K, CW_TYPE_Q4_K};
@@ -389,8 +388,8 @@ static void check_norm_in(enum cw_qtype tq, int64_t n_in)
 {
     enum { N = 4, NT = 40 };
     const enum cw_qtype t2 = tq == CW_TYPE_Q4_K ? CW_TYPE_Q6_K : CW_TYPE_Q4_K;
-    const enum cw_qtype ty[N] = {CW_TYPE_Q4_K, tq, t2, CW_TYPE_F32};
-    static const int64_t rows[N] = {100, 48, 33, 5}; /* f32 x, Q8_K, Q8_K, f32 type */
+    const enum cw_qtype ty[N] = {CW_TYPE_Q8_0, tq, t2, CW_TYPE_F32};
+    static const int64_t rows[N] = {100, 48, 33, 5}; /* f32 x (Q8_0), Q8_K, Q8_K, f32 type */
     struct hmat m[N], u;
     struct cw_k_mat W[N], U;
     const struct cw_k_mat *Wp[N];
@@ -487,7 +486,7 @@ static void check_q8k_edges(enum cw_qtype type)
     struct hmat m;
     const int64_t n_in = 1280, n_out = 2400;
     if (!cw_k_q8k(C, type, n_in, n_out)) {
-        skip("%s %lld rows: not the Q8_K path on this GPU (too many SMs)", cw_qtype_name(type),
+        skip("%s %lld rows: not the Q8_K path (cw_k_q8k)", cw_qtype_name(type),
              (long long)n_out);
         return;
     }
@@ -528,7 +527,7 @@ static void check_xq_once(enum cw_qtype type)
 {
     const int64_t n_in = 5120, n_out = 2400;
     if (!cw_k_q8k(C, type, n_in, n_out)) {
-        skip("%s %lld rows: not the Q8_K path on this GPU (too many SMs)", cw_qtype_name(type),
+        skip("%s %lld rows: not the Q8_K path (cw_k_q8k)", cw_qtype_name(type),
              (long long)n_out);
         return;
     }
@@ -663,16 +662,65 @@ static void check_long_scatter(enum cw_qtype type)
     hmat_free(&m0), hmat_free(&m1);
 }
 
-/* Q8_K products whose rows hold more than 8 blocks (the 27B's: the flat
- * kernels): 68 and 13 blocks, a row count that leaves the last row group
- * short, one and two token groups, add and scale, batch invariance; the
- * CPU's vec_dot bits where no epilogue rounds. */
+/* The K = 1 gate/up without ids over 34000 rows of 8 blocks: its flat
+ * kernel walks several row groups per block, each group's first chunk
+ * asked for through the previous group's sums (the first before the PDL
+ * wait); g and u are the CPU's vec_dot bits, act = silu(g) u within 8 ulp
+ * (check_xq_once's bound), at 2 tokens. */
+static void check_gate_up_groups(enum cw_qtype type)
+{
+    enum { IN = 2048, R = 34000, NT = 2 };
+    struct hmat g, u;
+    hmat_make(&g, type, IN, R);
+    hmat_make(&u, type, IN, R);
+    void *dg = dalloc(g.rb * R), *du = dalloc(u.rb * R);
+    up(dg, g.q, g.rb * R);
+    up(du, u.q, u.rb * R);
+    struct cw_k_mat G = {type, dg, g.rb, 0, IN, R}, U = {type, du, u.rb, 0, IN, R};
+    float *x = malloc(sizeof(float) * IN * NT), *act = malloc(sizeof(float) * R * NT);
+    fill_x(x, IN * NT);
+    float *dx = dalloc(sizeof(float) * IN * NT), *dy = dalloc(sizeof(float) * R * NT);
+    up(dx, x, sizeof(float) * IN * NT);
+    const size_t ns = cw_k_matmul_scratch(&G, NT);
+    void *scr = ns ? dalloc(ns) : NULL;
+    CK(cw_k_moe_gate_up(C, &G, &U, dx, NULL, 1, NT, dy, scr, &E));
+    down(act, dy, sizeof(float) * R * NT);
+    void *xq = malloc(cw_cpu_act_bytes(type, IN));
+    int bad = 0;
+    for (int t = 0; t < NT; t++) {
+        cw_cpu_quantize_act(type, x + t * IN, xq, IN);
+        for (int64_t r = 0; r < R; r++) {
+            double gv = cw_cpu_vec_dot(type, IN, g.q + r * g.rb, xq);
+            double uv = cw_cpu_vec_dot(type, IN, u.q + r * u.rb, xq);
+            double ref = gv / (1 + exp(-gv)) * uv, tol = 8 * ldexp(fabs(ref), -24) + 1e-30;
+            if (!(fabs(act[t * R + r] - ref) <= tol)) {
+                if (bad < 3)
+                    note("gate_up t %d r %lld: got %.9g want %.9g", t, (long long)r,
+                         act[t * R + r], ref);
+                bad++;
+            }
+        }
+    }
+    ok(bad == 0, "%s gate/up %d x %d, no ids, 2 tokens: several row groups a block = the CPU (%d bad)",
+       cw_qtype_name(type), R, IN, bad);
+    free(x), free(act), free(xq);
+    cw_cuda_free(C, dg), cw_cuda_free(C, du), cw_cuda_free(C, dx), cw_cuda_free(C, dy);
+    cw_cuda_free(C, scr);
+    hmat_free(&g), hmat_free(&u);
+}
+
+/* Q8_K products whose rows hold 8 blocks or more (the flat kernels): 68
+ * and 13 blocks, a row count that leaves the last row group short, one and
+ * two token groups, add and scale, batch invariance, 8 blocks by 34000
+ * rows (several row groups per block, as the LM heads); the CPU's vec_dot
+ * bits where no epilogue rounds. */
 static void check_long_rows(enum cw_qtype type)
 {
     static const struct { int64_t n_in, n_out, n_tok; int add, scale; } S[] = {
         {17408, 2400, 3, 0, 0}, /* the 27B's ffn_down width */
         {3328, 2403, 9, 0, 0},
         {3328, 2403, 5, 1, 1},
+        {2048, 34000, 2, 0, 0},
     };
     for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
         struct hmat m;
@@ -705,7 +753,7 @@ static void test_type(enum cw_qtype type)
         {qk * 2, 2200, 3, 0, 0, 0, 1, 0},
         {25600, 5, 2, 0, 0, 1, 0, 0},     /* x too large to stage: read through L1 */
         {90112, 3, 2, 0, 0, 0, 0, 0},     /* K-quants: x's Q8_K copy past XS_MAX, f32 x */
-        {qk * 8, 600, 3, 0, 2, 1, 1, 0},  /* K-quants: f32 x, staged from 3 tokens */
+        {qk * 8, 600, 3, 0, 2, 1, 1, 0},  /* K-quants: Q8_K x, 600 rows, strides */
     };
     for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
         if (S[i].n_in % qk)
@@ -725,13 +773,16 @@ static void test_type(enum cw_qtype type)
     }
     if (type == CW_TYPE_Q4_K || type == CW_TYPE_Q5_K || type == CW_TYPE_Q6_K) {
         ok(cw_k_q8k(C, type, 5120, 17408) && cw_k_q8k(C, type, 2048, 32) &&
-               !cw_k_q8k(C, type, 2048, 512) && !cw_k_q8k(C, type, 90112, 17408),
-           "%s: Q8_K x for 17408 x 5120 and 32 x 2048; f32 x for 512 x 2048 and past XS_MAX",
+               cw_k_q8k(C, type, 2048, 512) && cw_k_q8k(C, type, 89600, 7) &&
+               !cw_k_q8k(C, type, 90112, 17408) && cw_k_moe_q8k(C, type, 2048, 512, 8) &&
+               !cw_k_moe_q8k(C, type, 90112, 512, 8),
+           "%s: Q8_K x up to 89600 wide, any rows, experts too; f32 x past XS_MAX",
            cw_qtype_name(type));
         check_q8k_edges(type);
         check_xq_once(type);
         check_long_rows(type);
         check_long_scatter(type);
+        check_gate_up_groups(type);
     }
 }
 
