@@ -2028,8 +2028,8 @@ extern "C" bool cw_k_moe_q8k(const struct cw_cuda *c, enum cw_qtype type, int64_
 /* Whether W's GEMV launches of n_tok tokens, given scratch, quantise x once
  * into it (xq_launch) by a kernel that can take x as the norm of h
  * (xqn_kernel): the Q8_K path with xq_once, the row in shared memory. The
- * K = 1 gate/up asks the matmul's question (moe_q8k_use). */
-static bool norm_fuses(const struct cw_cuda *c, const struct cw_k_mat *W, int64_t n_tok)
+ * K = 1 gate/up asks the matmul's question (q8k_use). */
+static bool norm_fuses(const struct cw_k_mat *W, int64_t n_tok)
 {
     const int qk = cw_k_block_elems(W->type);
     return n_tok <= CW_K_GEMV_MAX_TOK && qk > 0 && W->n_in % qk == 0 &&
@@ -2040,7 +2040,7 @@ static bool norm_fuses(const struct cw_cuda *c, const struct cw_k_mat *W, int64_
 extern "C" bool cw_k_norm_fuses(const struct cw_cuda *c, const struct cw_k_mat *W, int K,
                                 int64_t n_tok)
 {
-    return K <= 1 && norm_fuses(c, W, n_tok);
+    return c && K <= 1 && norm_fuses(W, n_tok);
 }
 
 extern "C" size_t cw_k_matmul_scratch(const struct cw_k_mat *W, int64_t n_tok)
@@ -2209,7 +2209,7 @@ static int multi_run(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
         if (check_norm_in(nin, n_in, d_x, ldx, "matmul_multi_norm", err))
             return -1;
         for (int g = 0; g < ng && gn < 0 && d_scratch; g++)
-            if (norm_fuses(c, W[first[g]], n_tok))
+            if (norm_fuses(W[first[g]], n_tok))
                 gn = g;
         if (gn < 0 && cw_k_add_rmsnorm(c, nin->d_h, NULL, nin->d_w, (float *)d_x, ldx, n_in,
                                        n_tok, nin->eps, err))
@@ -2317,7 +2317,7 @@ static int moe_gate_up_run(struct cw_cuda *c, const struct cw_k_mat *G, const st
         if (check_norm_in(nin, G->n_in, d_x, G->n_in, "moe_gate_up_norm", err))
             return -1;
         nm = xq_norm_of(nin, G->n_in, (float *)d_x, G->n_in);
-        if (!SG && K == 1 && d_scratch && norm_fuses(c, G, n_tok))
+        if (!SG && K == 1 && d_scratch && norm_fuses(G, n_tok))
             f.nm = &nm;
         else if (cw_k_add_rmsnorm(c, nin->d_h, NULL, nin->d_w, (float *)d_x, G->n_in, G->n_in,
                                   n_tok, nin->eps, err))
