@@ -818,15 +818,19 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_lpb_kernel(const mv_ar
 #define FLAT_THREADS 256
 #define FLAT_WARPS (FLAT_THREADS / 32)
 #define FLAT_CPS 2
-#define FLAT_FR_MAX 64         /* rows per group: the LM heads' groups stay many */
+#define FLAT_FR_MAX 256        /* rows per group: few groups, few pipeline restarts */
 #define FLAT_SV_MAX (32 << 10) /* shared bytes of the v_b of one group */
+#define FLAT_ROWS_MAX 65536    /* launch rows: the LM heads take the other kernels */
 
 /* From 8 blocks a row: the 35B's 2048-wide products too, where 8 lanes of
  * a row each took one block (H200, 35B decode, the same bits: 340.8 ->
- * 355.6 tok/s). Narrower rows stay with the lpb kernels. */
-static bool flat_use(int nb)
+ * 355.6 tok/s). Narrower rows stay with the lpb kernels, and so do the LM
+ * heads' 248,320 rows (and Q6_K's 8 lanes a block), where a block walks
+ * many row groups: H200, one token, q6_K 248320 x 5120 321 µs against 353
+ * flat, x 2048 154 against 159, q4_K x 2048 90.3 against 93.5. */
+static bool flat_use(int nb, int64_t n_out)
 {
-    return nb >= 8;
+    return nb >= 8 && n_out <= FLAT_ROWS_MAX;
 }
 
 /* Blocks whose length is not a multiple of 16 bytes (Q6_K's 210) start at
@@ -1790,9 +1794,10 @@ struct gemv_launch {
     template <class T, int NT>
     void q8k_one(size_t ql, bool r1)
     {
-        const size_t fsm = flat_use(a.nb) ? flat_plan<T>(a.n_out, a.nb, a.nt, 1, ql, n_sm,
-                                                         smem_optin, smem_sm, a.fr)
-                                          : 0;
+        const size_t fsm = flat_use(a.nb, a.n_out)
+                               ? flat_plan<T>(a.n_out, a.nb, a.nt, 1, ql, n_sm, smem_optin,
+                                              smem_sm, a.fr)
+                               : 0;
         if (fsm) {
             const size_t smem = fsm > cw_norm_epi_smem(a.epi) ? fsm : cw_norm_epi_smem(a.epi);
             e = launch_k(gemv_flat_kernel<T, NT>, dim3((unsigned)((a.n_out + a.fr - 1) / a.fr)),
@@ -1951,9 +1956,10 @@ struct moe_launch {
                 const size_t ql = (size_t)kq_xq_bytes(a.nb);
                 if (e != cudaSuccess)
                     return 0;
-                const size_t fsm = flat_use(a.nb) ? flat_plan<T>(a.n_out, a.nb, 1, 2, ql, n_sm,
-                                                                 smem_optin, smem_sm, a.fr)
-                                                  : 0;
+                const size_t fsm = flat_use(a.nb, a.n_out)
+                                       ? flat_plan<T>(a.n_out, a.nb, 1, 2, ql, n_sm, smem_optin,
+                                                      smem_sm, a.fr)
+                                       : 0;
                 if (fsm) {
                     e = launch_k(moe_gate_up_flat_kernel<T>,
                                  dim3((unsigned)((a.n_out + a.fr - 1) / a.fr), (unsigned)n_tok), 1,
