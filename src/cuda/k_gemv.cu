@@ -1665,6 +1665,15 @@ bool q8k_use(int nb)
 #define XQ_ONCE_NB 8
 static bool xq_once(int nb) { return nb >= XQ_ONCE_NB; }
 
+/* A product's x given as it is (no norm of h to compute with it) goes
+ * through xq_kernel only from XQ_ONCE_PLAIN_NB blocks: narrower, each block
+ * of the flat kernels quantises it while its first weights are in flight,
+ * and the launch is saved (H200, the same bits: 35B decode, its 4096-wide
+ * out-projections, 366.6 -> 376.2 tok/s; the 27B's 6144- and 17408-wide x
+ * so quantised in every block: 129.9 -> 127.6, so not those). */
+#define XQ_ONCE_PLAIN_NB 17
+static bool xq_once_plain(int nb) { return nb >= XQ_ONCE_PLAIN_NB; }
+
 /* cw_k_dispatch functor: the bytes per token of xq_once's copy for this
  * type and width (0 where it would not quantise once). */
 namespace {
@@ -1828,7 +1837,7 @@ struct gemv_launch {
         int ntg = NT_MAX;
         while (ntg > 1 && ql * ntg > XS_MAX)
             ntg /= 2;
-        const bool once = xq_scr && xq_once(a.nb);
+        const bool once = xq_scr && (nm ? xq_once(a.nb) : xq_once_plain(a.nb));
         if (nm && !once) { /* norm_fuses said yes: not reached */
             e = cudaErrorInvalidValue;
             return true;
