@@ -391,7 +391,7 @@ static __global__ void __launch_bounds__(XQ_THREADS)
     cw_pdl_launch_dependents();
     constexpr int nw = XQ_THREADS / 32;
     xq_rows<T, false>(x, ldx, nt, nb, xq, (int)blockIdx.x * nw + (threadIdx.x >> 5),
-                           (int)gridDim.x * nw);
+                      (int)gridDim.x * nw);
 }
 
 /* x given as the norm of the residual stream (cw_k_norm_in): xq_kernel's
@@ -826,8 +826,8 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_lpb_kernel(const mv_ar
  * a row each took one block (H200, 35B decode, the same bits: 340.8 ->
  * 355.6 tok/s). Narrower rows stay with the lpb kernels, and so do the LM
  * heads' 248,320 rows (and Q6_K's 8 lanes a block), where a block walks
- * many row groups: H200, one token, q6_K 248320 x 5120 321 µs against 353
- * flat, x 2048 154 against 159, q4_K x 2048 90.3 against 93.5. */
+ * many row groups: H200, one token, q6_K 248320 x 5120 321.7 µs against
+ * 344.3 flat, x 2048 153.5 against 154.2, q4_K x 2048 90.1 against 94.6. */
 static bool flat_use(int nb, int64_t n_out)
 {
     return nb >= 8 && n_out <= FLAT_ROWS_MAX;
@@ -1015,7 +1015,8 @@ static __global__ void __launch_bounds__(FLAT_THREADS) gemv_flat_kernel(const mv
         r0 = rb;
         flat_stream<T, NT>(unit_at, nr * nb, nb, xq, a.nt, sv, stride, stg, true);
         /* the next group's first chunk, in flight through the sums below
-         * (the LM heads' blocks walk ~15 groups) */
+         * (a block walks several groups where FLAT_SV_MAX bounds them:
+         * long rows, several tokens) */
         if (gr + gridDim.x < n_grp) {
             r0 = rb + (int64_t)gridDim.x * fr;
             flat_fetch<T>(unit_at, threadIdx.x >> 5, rows_of(r0) * nb, stg, lane);
@@ -1657,20 +1658,23 @@ bool q8k_use(int nb)
 }
 
 /* Whether a Q8_K product whose caller gives scratch quantises x once
- * (xq_kernel) rather than in every block: from 8 blocks of 256 (n_in >=
- * 2048), where hundreds of blocks each quantised the same x and then read
- * only a few rows. H200, same bits (ids and logits hashes): 27B decode
- * 82.5 -> 99.9 tok/s (its 5120..17408-wide x), 35B 336.1 -> 341.1 (its
- * 2048-wide qkv and LM head). Narrower x: not measured, left per block. */
+ * (xq_kernel, or xqn_kernel with the norm of h) rather than in every
+ * block: from 8 blocks of 256 (n_in >= 2048), where hundreds of blocks
+ * each quantised the same x and then read only a few rows. H200, same bits
+ * (ids and logits hashes), before the flat kernels: 27B decode 82.5 ->
+ * 99.9 tok/s (its 5120..17408-wide x), 35B 336.1 -> 341.1 (its 2048-wide
+ * qkv and LM head). Narrower x: not measured, left per block. Plain x
+ * (no norm) follows xq_once_plain. */
 #define XQ_ONCE_NB 8
 static bool xq_once(int nb) { return nb >= XQ_ONCE_NB; }
 
-/* A product's x given as it is (no norm of h to compute with it) goes
- * through xq_kernel only from XQ_ONCE_PLAIN_NB blocks: narrower, each block
- * of the flat kernels quantises it while its first weights are in flight,
- * and the launch is saved (H200, the same bits: 35B decode, its 4096-wide
- * out-projections, 366.6 -> 376.2 tok/s; the 27B's 6144- and 17408-wide x
- * so quantised in every block: 129.9 -> 127.6, so not those). */
+/* A matmul's x given as it is (no norm of h to compute with it) goes
+ * through xq_kernel only from XQ_ONCE_PLAIN_NB blocks (the K = 1 gate/up
+ * keeps xq_once: not measured there): narrower, each block of the flat
+ * kernels quantises it while its first weights are in flight, and the
+ * launch is saved (H200, the same bits: 35B decode, its 4096-wide
+ * out-projections, 366.6 -> 376.2 tok/s; the 27B's 6144- and 17408-wide
+ * x so quantised in every block: 129.9 -> 127.6, so not those). */
 #define XQ_ONCE_PLAIN_NB 17
 static bool xq_once_plain(int nb) { return nb >= XQ_ONCE_PLAIN_NB; }
 
@@ -1734,7 +1738,6 @@ static cudaError_t xq_launch(cudaStream_t s, bool pdl, const float *x, int64_t l
     return cw_launch(s, pdl, xq_kernel<T>, dim3((unsigned)((items + per - 1) / per)),
                      dim3(XQ_THREADS), 0, x, ldx, (int)n_tok, nb, xq);
 }
-
 
 /* Launches k with `smem` dynamic shared bytes (raising the kernel's limit
  * past 48 KB first); grid.x <= 0 asks for a persistent grid: as many blocks
