@@ -2374,15 +2374,25 @@ static int moe_down_run(struct cw_cuda *c, const struct cw_k_mat *D, const struc
     return 0;
 }
 
+/* No ids (expert 0 for every token) only for a single matrix pair in the
+ * GEMV regime (kernels.h). */
+static int check_ids(const int32_t *d_ids, int K, int64_t n_tok, const char *what,
+                     struct cw_err *err)
+{
+    if (!d_ids && (K != 1 || n_tok > CW_K_GEMV_MAX_TOK))
+        return cw_errf(err, CW_ERR_INVALID,
+                       "cuda %s: no ids needs K = 1 and n_tok <= %d (K %d, n_tok %lld)", what,
+                       CW_K_GEMV_MAX_TOK, K, (long long)n_tok);
+    return 0;
+}
+
 extern "C" int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G,
                                 const struct cw_k_mat *U, const float *d_x,
                                 const int32_t *d_ids, int K, int64_t n_tok, float *d_act,
                                 void *d_scratch, struct cw_err *err)
 {
-    if (!d_ids && (K != 1 || n_tok > CW_K_GEMV_MAX_TOK))
-        return cw_errf(err, CW_ERR_INVALID,
-                       "cuda moe_gate_up: no ids needs K = 1 and n_tok <= %d (K %d, n_tok %lld)",
-                       CW_K_GEMV_MAX_TOK, K, (long long)n_tok);
+    if (check_ids(d_ids, K, n_tok, "moe_gate_up", err))
+        return -1;
     if (n_tok > CW_K_GEMV_MAX_TOK)
         return cw_k_moe_gemm_gate_up(c, G, U, d_x, d_ids, K, n_tok, d_act, d_scratch, err);
     return moe_gate_up_run(c, G, U, NULL, NULL, NULL, d_x, d_ids, K, n_tok, d_act, d_scratch,
@@ -2396,11 +2406,8 @@ extern "C" int cw_k_moe_gate_up_norm(struct cw_cuda *c, const struct cw_k_mat *G
 {
     if (!nin)
         return cw_errf(err, CW_ERR_INVALID, "cuda moe_gate_up_norm: no norm");
-    if (!d_ids && (K != 1 || n_tok > CW_K_GEMV_MAX_TOK))
-        return cw_errf(err, CW_ERR_INVALID,
-                       "cuda moe_gate_up_norm: no ids needs K = 1 and n_tok <= %d (K %d, n_tok "
-                       "%lld)",
-                       CW_K_GEMV_MAX_TOK, K, (long long)n_tok);
+    if (check_ids(d_ids, K, n_tok, "moe_gate_up_norm", err))
+        return -1;
     if (n_tok > CW_K_GEMV_MAX_TOK)
         return check_norm_in(nin, G->n_in, d_x, G->n_in, "moe_gate_up_norm", err) ||
                        cw_k_add_rmsnorm(c, nin->d_h, NULL, nin->d_w, d_x, G->n_in, G->n_in,
