@@ -1102,12 +1102,12 @@ static __device__ __forceinline__ int moe_id(const moe_args &a, int64_t i)
     return a.ids ? a.ids[i] : 0;
 }
 
-/* Slot k's expert bytes for token t: routed e = moe_id (an invalid id
- * reads expert 0: callers discard it), or the shared expert. */
+/* Slot k's expert bytes: routed expert e (an invalid id reads expert 0:
+ * callers discard it), or the shared expert. */
 static __device__ __forceinline__ const uint8_t *moe_base(const moe_args &a, const uint8_t *m,
-                                                          const uint8_t *shm, int64_t t, int k)
+                                                          const uint8_t *shm, int k, int e)
 {
-    return k == a.K ? shm : m + (size_t)max(moe_id(a, t * a.K + k), 0) * a.eb;
+    return k == a.K ? shm : m + (size_t)max(e, 0) * a.eb;
 }
 
 /* One warp per (pair, row r): expert e's gate row and up row as the warp's
@@ -1132,7 +1132,7 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_kernel(const moe_a
     const float *xt = a.x + t * (int64_t)n_in;
     const int e = k == a.K ? 0 : moe_id(a, t * a.K + k);
     const size_t rb = k == a.K ? a.srb : a.rb;
-    const uint8_t *gb = moe_base(a, a.g, a.sg, t, k), *ub = moe_base(a, a.u, a.su, t, k);
+    const uint8_t *gb = moe_base(a, a.g, a.sg, k, e), *ub = moe_base(a, a.u, a.su, k, e);
     if constexpr (Q8K) {
         if (e >= 0 && r < a.n_out) {
             row_prefetch<T, true>(gb + (size_t)r * rb, a.nb, lane);
@@ -1365,9 +1365,10 @@ static __global__ void __launch_bounds__(WARPS * 32) moe_down_kernel(const moe_a
     int64_t n_in = (int64_t)a.nb * T::QK;
     float s[2] = {0.0f, 0.0f};
     for (int k = 0; row0 < a.n_out && k < a.S; k++) {
-        if (k < a.K && a.ids[t * a.K + k] < 0)
+        const int e = k < a.K ? a.ids[t * a.K + k] : 0;
+        if (e < 0)
             continue;
-        const uint8_t *b = moe_base(a, a.g, a.sg, t, k);
+        const uint8_t *b = moe_base(a, a.g, a.sg, k, e);
         const size_t rb = k == a.K ? a.srb : a.rb;
         const uint8_t *rows[2];
 #pragma unroll
@@ -1414,13 +1415,19 @@ struct down16 {
     enum { SLICE = 16 / T::UPB * T::BB, TILE = (SLICE + 15 + 15) / 16 * 16, G = (TILE / 16 + 31) / 32 };
 };
 
-/* The bytes of (slot k, row row0 + r) for token t; an invalid id reads
- * expert 0, discarded. The id is read through L2 (__ldcg): the kernel asks
- * for these bytes before its wait (moe_down16_kernel). */
-static __device__ __forceinline__ const uint8_t *down16_slice(const moe_args &a, int64_t t,
+/* A token's routed slots in shared memory: ids and weights. */
+struct down16_route {
+    int32_t id[DK_MAX];
+    float w[DK_MAX];
+};
+
+/* The bytes of (slot k, row row0 + r) (rt: the token's slots); an invalid
+ * id reads expert 0, discarded. */
+static __device__ __forceinline__ const uint8_t *down16_slice(const moe_args &a,
+                                                              const down16_route &rt,
                                                               int64_t row0, int k, int r)
 {
-    const uint8_t *b = k == a.K ? a.sg : a.g + (size_t)max(__ldcg(a.ids + t * a.K + k), 0) * a.eb;
+    const uint8_t *b = k == a.K ? a.sg : a.g + (size_t)max(rt.id[k], 0) * a.eb;
     return b + (size_t)min(row0 + r, a.n_out - 1) * (k == a.K ? a.srb : a.rb);
 }
 
@@ -1429,12 +1436,13 @@ static __device__ __forceinline__ const uint8_t *down16_slice(const moe_args &a,
  * weighted sum in slot order, the residual add. */
 template <class T, int DKM, int RW>
 static __device__ __forceinline__ void down16_dots(const moe_args &a, int64_t t, int64_t row0,
-                                                   int lane, const uint8_t *stg, const float *xsm)
+                                                   int lane, const uint8_t *stg, const float *xsm,
+                                                   const down16_route &rt)
 {
     typedef down16<T> D;
     const int K = a.K, S = a.S;
     const int xl = (int)xs_len<T>(512);
-    auto slice = [&](int k, int r) { return down16_slice(a, t, row0, k, r); };
+    auto slice = [&](int k, int r) { return down16_slice(a, rt, row0, k, r); };
     const int h = lane >> 4, u = lane & 15, blk = u / T::UPB, p = u % T::UPB;
     float dot[DKM / 2][RW];
     /* no branches between the rounds: all their loads can go out at once
@@ -1479,8 +1487,8 @@ static __device__ __forceinline__ void down16_dots(const moe_args &a, int64_t t,
 #pragma unroll
             for (int r = 0; r < RW; r++)
                 d[r] = __shfl_sync(0xffffffffu, dot[j][r], 16 * hh);
-            if (kk < K && a.ids[t * K + kk] >= 0) {
-                float wk = a.wts[t * K + kk];
+            if (kk < K && rt.id[kk] >= 0) {
+                float wk = rt.w[kk];
 #pragma unroll
                 for (int r = 0; r < RW; r++)
                     s[r] = __fmaf_rn(wk, d[r], s[r]);
@@ -1514,11 +1522,20 @@ static __global__ void __launch_bounds__(NW * 32) moe_down16_kernel(const moe_ar
     uint8_t *stg = smem + warp * (T::DIRECT ? 0 : RW * DKM * D::TILE);
     float *xsm = (float *)(smem + (T::DIRECT ? 0 : NW * RW * DKM * D::TILE));
     const bool live = row0 < a.n_out;
-    auto slice = [&](int k, int r) { return down16_slice(a, t, row0, k, r); };
     /* The experts' rows are asked for before the wait: ids come from the
      * route, two launches back (route, gate/up, this), which had completed
      * before the gate/up let this kernel start (cuda_common.cuh); the
-     * activations, the gate/up's, are staged after it. */
+     * activations, the gate/up's, are staged after it. The token's ids and
+     * weights are read once, through L2 (__ldcg), into shared memory: the
+     * slices' addresses then wait on one load, not one each (H200 35B
+     * decode 383 -> 394 tok/s). */
+    __shared__ down16_route rt;
+    if ((int)threadIdx.x < a.K) {
+        rt.id[threadIdx.x] = __ldcg(a.ids + t * a.K + threadIdx.x);
+        rt.w[threadIdx.x] = __ldcg(a.wts + t * a.K + threadIdx.x);
+    }
+    __syncthreads();
+    auto slice = [&](int k, int r) { return down16_slice(a, rt, row0, k, r); };
     if (T::DIRECT && live)
 #pragma unroll
         for (int i = 0; i < RW * DKM; i++)
@@ -1552,7 +1569,7 @@ static __global__ void __launch_bounds__(NW * 32) moe_down16_kernel(const moe_ar
     }
     __syncthreads();
     if (live)
-        down16_dots<T, DKM, RW>(a, t, row0, lane, stg, xsm);
+        down16_dots<T, DKM, RW>(a, t, row0, lane, stg, xsm, rt);
     cw_norm_epilogue<NW * 32>(a.epi, a.y, a.n_out, (int)gridDim.y, smem);
 }
 
