@@ -981,8 +981,28 @@ static __device__ __forceinline__ void flat_slots(const float *sv, int stride, i
     }
 }
 
-template <class T, int NT>
-static __global__ void __launch_bounds__(FLAT_THREADS) gemv_flat_kernel(const mv_args a)
+/* x = RMSNorm(xn.h)·xn.w of one token, by every block of a flat launch
+ * (cw_rmsnorm_row_to_sm, plain loads: a cp.async group here would also
+ * wait for the warps' first weight chunks): the row in hs, each block's
+ * share of it written to xn.y for the launches that read x in f32, and
+ * its Q8_K copy in xqs. The bits of xqn_kernel, without its launch. */
+template <class T>
+static __device__ void flat_norm_x(const xq_norm &xn, int nb, float *hs, uint8_t *xqs)
+{
+    __shared__ double sh[NORM_VTHREADS / 32];
+    const int n = nb * T::QK;
+    cw_rmsnorm_row_to_sm<FLAT_THREADS>(xn.h, xn.w, n, xn.eps, sh, hs, false);
+    for (int i = (int)blockIdx.x * FLAT_THREADS + (int)threadIdx.x; i < n;
+         i += (int)gridDim.x * FLAT_THREADS)
+        xn.y[i] = hs[i];
+    xq_rows<T, true>(hs, 0, 1, nb, xqs, (int)threadIdx.x >> 5, FLAT_WARPS);
+}
+
+/* The flat kernel's body; XN: x as the norm xn of h (one token,
+ * gemv_flat_norm_kernel), its own instance so that the plain kernels keep
+ * their code. */
+template <class T, int NT, bool XN>
+static __device__ __forceinline__ void gemv_flat_body(const mv_args &a, const xq_norm &xn)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const int nb = a.nb, fr = a.fr, stride = fr * nb, lane = threadIdx.x & 31;
@@ -1000,11 +1020,13 @@ static __global__ void __launch_bounds__(FLAT_THREADS) gemv_flat_kernel(const mv
     cw_pdl_launch_dependents();
     const size_t ql = (size_t)kq_xq_bytes(nb);
     uint8_t *xqs = smem + flat_stage_bytes<T>();
-    if (a.xqg)
+    float *sv = (float *)(xqs + a.nt * ql);
+    if constexpr (XN)
+        flat_norm_x<T>(xn, nb, sv + (stride + 3) / 4 * 4, xqs);
+    else if (a.xqg)
         xq_load(a.xqg, (int)(a.nt * ql), xqs);
     else
         xq_stage<T>(a.x, a.ldx, a.nt, nb, xqs);
-    float *sv = (float *)(xqs + a.nt * ql);
     __syncthreads();
     const uint8_t *xq[NT];
 #pragma unroll
@@ -1035,6 +1057,19 @@ static __global__ void __launch_bounds__(FLAT_THREADS) gemv_flat_kernel(const mv
         __syncthreads(); /* sv is the next group's */
     }
     cw_norm_epilogue<FLAT_THREADS>(a.epi, a.seg[0].y, a.seg[0].ldy, a.nt, smem);
+}
+
+template <class T, int NT>
+static __global__ void __launch_bounds__(FLAT_THREADS) gemv_flat_kernel(const mv_args a)
+{
+    gemv_flat_body<T, NT, false>(a, xq_norm{});
+}
+
+template <class T>
+static __global__ void __launch_bounds__(FLAT_THREADS)
+    gemv_flat_norm_kernel(const mv_args a, const xq_norm xn)
+{
+    gemv_flat_body<T, 1, true>(a, xn);
 }
 
 /* Rows per group of the flat kernels (per: rows of units per output row,
@@ -1763,9 +1798,8 @@ static cudaError_t xq_launch(cudaStream_t s, bool pdl, const float *x, int64_t l
 /* Launches k with `smem` dynamic shared bytes (raising the kernel's limit
  * past 48 KB first); grid.x <= 0 asks for a persistent grid: as many blocks
  * as fit on the chip at once (min with -grid.x). */
-template <class A>
-cudaError_t launch_k(void (*k)(const A), dim3 grid, int persist, unsigned threads, size_t smem,
-                     cudaStream_t s, bool pdl, const A &a, int n_sm)
+template <class K>
+cudaError_t launch_plan(K k, dim3 &grid, int persist, unsigned threads, size_t smem, int n_sm)
 {
     cudaError_t e;
     if (smem > (48 << 10) &&
@@ -1780,7 +1814,15 @@ cudaError_t launch_k(void (*k)(const A), dim3 grid, int persist, unsigned thread
         unsigned cap = (unsigned)(n_sm * (occ > 0 ? occ : 1));
         grid.x = grid.x < cap ? grid.x : cap;
     }
-    return cw_launch(s, pdl, k, grid, dim3(threads), smem, a);
+    return cudaSuccess;
+}
+
+template <class A>
+cudaError_t launch_k(void (*k)(const A), dim3 grid, int persist, unsigned threads, size_t smem,
+                     cudaStream_t s, bool pdl, const A &a, int n_sm)
+{
+    const cudaError_t e = launch_plan(k, grid, persist, threads, smem, n_sm);
+    return e != cudaSuccess ? e : cw_launch(s, pdl, k, grid, dim3(threads), smem, a);
 }
 
 /* Whether a launch of this many (row, token) outputs has too few warps, at
@@ -1810,7 +1852,14 @@ struct gemv_launch {
     bool q8k; /* x quantised to Q8_K (cw_k_q8k of every matrix of the launch) */
     uint8_t *xq_scr; /* scratch for xq_once, or NULL */
     const xq_norm *nm; /* x as the norm of h, for the xq_once launch (norm_fuses), or NULL */
+    const xq_norm *fn; /* nm, normalised in every block of the flat launch instead, or NULL */
     cudaError_t e;
+    /* Shared bytes of the row of x a flat launch normalises (flat_norm_x). */
+    template <class T>
+    size_t norm_row_bytes() const
+    {
+        return fn ? (size_t)a.nb * T::QK * sizeof(float) + 16 : 0;
+    }
     template <class T, int RR, int NT, bool SX, bool Q8K = false>
     void one(size_t xl)
     {
@@ -1828,13 +1877,21 @@ struct gemv_launch {
     void q8k_one(size_t ql, bool r1)
     {
         const size_t fsm = flat_use(a.nb, a.n_out)
-                               ? flat_plan<T>(a.n_out, a.nb, a.nt, 1, ql, n_sm, smem_optin,
-                                              smem_sm, a.fr)
+                               ? flat_plan<T>(a.n_out, a.nb, a.nt, 1, ql + norm_row_bytes<T>(),
+                                              n_sm, smem_optin, smem_sm, a.fr)
                                : 0;
         if (fsm) {
             const size_t smem = fsm > cw_norm_epi_smem(a.epi) ? fsm : cw_norm_epi_smem(a.epi);
-            e = launch_k(gemv_flat_kernel<T, NT>, dim3((unsigned)((a.n_out + a.fr - 1) / a.fr)),
-                         1, FLAT_THREADS, smem, s, pdl, a, n_sm);
+            dim3 grid((unsigned)((a.n_out + a.fr - 1) / a.fr));
+            if constexpr (NT == 1)
+                if (fn) { /* q8k_go checked that it fits */
+                    e = launch_plan(gemv_flat_norm_kernel<T>, grid, 1, FLAT_THREADS, smem, n_sm);
+                    if (e == cudaSuccess)
+                        e = cw_launch(s, pdl, gemv_flat_norm_kernel<T>, grid, dim3(FLAT_THREADS),
+                                      smem, a, *fn);
+                    return;
+                }
+            e = launch_k(gemv_flat_kernel<T, NT>, grid, 1, FLAT_THREADS, smem, s, pdl, a, n_sm);
         } else if constexpr (lpb_use<T>()) {
             size_t smem = ql * a.nt;
             smem = smem > cw_norm_epi_smem(a.epi) ? smem : cw_norm_epi_smem(a.epi);
@@ -1861,8 +1918,19 @@ struct gemv_launch {
         int ntg = NT_MAX;
         while (ntg > 1 && ql * ntg > XS_MAX)
             ntg /= 2;
-        const bool once = xq_scr && (nm ? xq_once(a.nb) : xq_once_plain(a.nb));
-        if (nm && !once) { /* norm_fuses said yes: not reached */
+        /* one token whose x is the norm of h and narrow enough to quantise
+         * per block (xq_once_plain): every block of the flat kernel
+         * normalises it, where it fits, instead of an xqn launch (H200 35B
+         * decode, its 2048-wide mixers: 395.0 -> 403.3 tok/s, the same
+         * bits; in gemv_flat_kernel's own code it had slowed every other
+         * flat launch, 2026-12-02e, hence gemv_flat_norm_kernel) */
+        fn = nm && n_tok == 1 && !xq_once_plain(a.nb) ? nm : NULL;
+        if (fn && !(flat_use(a.nb, a.n_out) &&
+                    flat_plan<T>(a.n_out, a.nb, 1, 1, ql + norm_row_bytes<T>(), n_sm, smem_optin,
+                                 smem_sm, a.fr)))
+            fn = NULL;
+        const bool once = !fn && xq_scr && (nm ? xq_once(a.nb) : xq_once_plain(a.nb));
+        if (nm && !once && !fn) { /* norm_fuses said yes: not reached */
             e = cudaErrorInvalidValue;
             return true;
         }
@@ -2130,6 +2198,7 @@ static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const
     f.a.xqg = NULL;
     f.xq_scr = (uint8_t *)d_scratch;
     f.nm = nm;
+    f.fn = NULL;
     f.e = cudaSuccess;
     cw_k_dispatch(W[0]->type, f);
     CW_CUDA_TRY(err, f.e);

@@ -100,13 +100,13 @@ static __device__ void cw_rmsnorm_row(const float *h, const float *w, float *y, 
  * a decode kernel, or at the head of one, that is what counts. */
 template <int B>
 static __device__ float cw_norm_stage(const float *h, const float *w, int n, float eps,
-                                      double *sh, float *hs)
+                                      double *sh, float *hs, bool may_async = true)
 {
     constexpr int NQ = NORM_VTHREADS / B;
     const int tid = threadIdx.x;
     bool async = false;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    async = n % 4 == 0 && ((uintptr_t)h & 15) == 0;
+    async = may_async && n % 4 == 0 && ((uintptr_t)h & 15) == 0;
     if (async) {
         for (int i = 4 * tid; i < n; i += 4 * B) {
             const unsigned d = (unsigned)__cvta_generic_to_shared(hs + i);
@@ -153,9 +153,9 @@ static __device__ void cw_rmsnorm_row_sm(const float *h, const float *w, float *
  * kernel that reads x as the norm of h (cw_k_norm_in): the same bits. */
 template <int B>
 static __device__ void cw_rmsnorm_row_to_sm(const float *h, const float *w, int n, float eps,
-                                            double *sh, float *hs)
+                                            double *sh, float *hs, bool may_async = true)
 {
-    const float scale = cw_norm_stage<B>(h, w, n, eps, sh, hs);
+    const float scale = cw_norm_stage<B>(h, w, n, eps, sh, hs, may_async);
 #pragma unroll 4
     for (int i = threadIdx.x; i < n; i += B)
         hs[i] = __fmul_rn(__fmul_rn(hs[i], scale), __ldg(w + i));
