@@ -94,8 +94,9 @@ int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
  * (the _norm forms below): per token row, x = RMSNorm(h)·w over n_in values,
  * bit-equal to cw_k_add_rmsnorm without add, computed by the launcher and
  * written to its d_x for whatever reads x later. Where cw_k_norm_fuses
- * says so, the launch that quantises x once computes it (no launch and no
- * serial tail of its own); else a cw_k_add_rmsnorm launch comes first. */
+ * says so, the launch that quantises x once computes it, or for one token
+ * of a narrow x every block of the product (no launch and no serial tail
+ * of its own); else a cw_k_add_rmsnorm launch comes first. */
 struct cw_k_norm_in {
     float *d_h;        /* [n_tok][n_in], packed rows */
     const float *d_w;  /* [n_in] */
