@@ -1321,54 +1321,64 @@ static __global__ void __launch_bounds__(MW * 32) moe_gate_up_lpb_kernel(const m
  * rows then the up's (each run of rows back to back in memory, so that
  * flat_fetch copies whole chunks); thread (r, j) forms gate row r and up
  * row r (flat_slots) and writes silu(g) u. The bits of cw_k_matmul, as
- * moe_gate_up_lpb_kernel's. */
-template <class T>
-static __global__ void __launch_bounds__(FLAT_THREADS) moe_gate_up_flat_kernel(const moe_args a)
+ * moe_gate_up_lpb_kernel's. SL: blockIdx.y is a pair (token t, slot k) of
+ * S slots per token, slot K the shared expert (moe_gate_up_flat_slots_
+ * kernel, the routed decode); else blockIdx.y is pair t*K + k as the K = 1
+ * gate/up of a dense FFN takes it (its own instance: that launch keeps its
+ * code). */
+template <class T, bool SL>
+static __device__ __forceinline__ void moe_gate_up_flat_body(const moe_args &a)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const int nb = a.nb, fr = a.fr, stride = 2 * fr * nb;
     const int64_t pair = blockIdx.y, n_grp = (a.n_out + fr - 1) / fr;
-    const uint8_t *gw = a.g, *uw = a.u;
+    const int64_t t = SL ? pair / a.S : pair / a.K;
+    const int k = SL ? (int)(pair - t * a.S) : 0;
+    const bool shared = SL && k == a.K;
+    const uint8_t *gw = shared ? a.sg : a.g, *uw = shared ? a.su : a.u;
+    const size_t rb = shared ? a.srb : a.rb;
     int64_t r0 = (int64_t)blockIdx.x * fr;
     int nr = (int)(a.n_out - r0 < fr ? a.n_out - r0 : fr);
     const auto unit_at = [&](int u) {
         const int q = u / nb;
-        return (q < nr ? gw + (size_t)(r0 + q) * a.rb : uw + (size_t)(r0 + q - nr) * a.rb) +
+        return (q < nr ? gw + (size_t)(r0 + q) * rb : uw + (size_t)(r0 + q - nr) * rb) +
                (size_t)(u - q * nb) * T::BB;
     };
     uint8_t *stg = smem + (threadIdx.x >> 5) * 2 * flat_chunk_bytes<T>();
-    /* no ids (expert 0): the warp's first chunk, asked for before the wait */
-    bool pre = !a.ids;
+    /* no ids (expert 0), or the shared expert: the warp's first chunk,
+     * asked for before the wait */
+    bool pre = !a.ids || shared;
     if (pre)
         flat_fetch<T>(unit_at, threadIdx.x >> 5, 2 * nr * nb, stg, threadIdx.x & 31);
     cw_pdl_wait();
     cw_pdl_launch_dependents();
-    const int e = moe_id(a, pair);
+    const int e = shared ? 0 : moe_id(a, SL ? t * a.K + k : pair);
     if (e < 0) {
         for (int64_t r = (int64_t)blockIdx.x * fr; r < a.n_out; r += (int64_t)gridDim.x * fr)
             for (int i = threadIdx.x; i < fr && r + i < a.n_out; i += FLAT_THREADS)
                 a.y[pair * a.n_out + r + i] = 0.0f;
         return; /* the whole block: one pair */
     }
-    gw += (size_t)e * a.eb, uw += (size_t)e * a.eb;
+    if (!shared)
+        gw += (size_t)e * a.eb, uw += (size_t)e * a.eb;
     const size_t ql = (size_t)kq_xq_bytes(nb);
     uint8_t *xqs = smem + flat_stage_bytes<T>();
     if (a.xqg)
-        xq_load(a.xqg + pair * ql, (int)ql, xqs);
+        xq_load(a.xqg + (SL ? t : pair) * ql, (int)ql, xqs);
     else
-        xq_stage<T>(a.x + (pair / a.K) * (int64_t)nb * T::QK, 0, 1, nb, xqs);
+        xq_stage<T>(a.x + t * (int64_t)nb * T::QK, 0, 1, nb, xqs);
     float *sv = (float *)(xqs + ql);
     __syncthreads();
     const uint8_t *xs[1] = {xqs};
     for (int64_t gr = blockIdx.x; gr < n_grp; gr += gridDim.x) {
-        const int64_t rb = gr * fr;
-        const int nrb = (int)(a.n_out - rb < fr ? a.n_out - rb : fr);
-        r0 = rb, nr = nrb;
+        const int64_t rg = gr * fr;
+        const int nrb = (int)(a.n_out - rg < fr ? a.n_out - rg : fr);
+        r0 = rg, nr = nrb;
         flat_stream<T, 1>(unit_at, 2 * nr * nb, nb, xs, 1, sv, stride, stg, pre);
         /* the next group's first chunk, in flight through the sums below */
         pre = gr + gridDim.x < n_grp;
         if (pre) {
-            r0 = rb + (int64_t)gridDim.x * fr;
+            r0 = rg + (int64_t)gridDim.x * fr;
             nr = (int)(a.n_out - r0 < fr ? a.n_out - r0 : fr);
             flat_fetch<T>(unit_at, threadIdx.x >> 5, 2 * nr * nb, stg, threadIdx.x & 31);
         }
@@ -1379,10 +1389,23 @@ static __global__ void __launch_bounds__(FLAT_THREADS) moe_gate_up_flat_kernel(c
             flat_slots<1>(sv, stride, r, nb, 1, r < nrb, g);
             flat_slots<1>(sv, stride, nrb + r, nb, 1, r < nrb, u);
             if ((threadIdx.x & 7) == 0 && r < nrb)
-                a.y[pair * a.n_out + rb + r] = __fmul_rn(g[0] / (1.0f + expf(-g[0])), u[0]);
+                a.y[pair * a.n_out + rg + r] = __fmul_rn(g[0] / (1.0f + expf(-g[0])), u[0]);
         }
         __syncthreads();
     }
+}
+
+template <class T>
+static __global__ void __launch_bounds__(FLAT_THREADS) moe_gate_up_flat_kernel(const moe_args a)
+{
+    moe_gate_up_flat_body<T, false>(a);
+}
+
+template <class T>
+static __global__ void __launch_bounds__(FLAT_THREADS)
+    moe_gate_up_flat_slots_kernel(const moe_args a)
+{
+    moe_gate_up_flat_body<T, true>(a);
 }
 
 /* Generic down projection (any n_in): one warp per (token t, rows r, r+1)
@@ -2081,9 +2104,22 @@ struct moe_launch {
             size_t ws = wstage_bytes<T, 2, MW>();
             const size_t ql = (size_t)kq_xq_bytes(a.nb);
             if (q8k_use<T>(a.nb)) {
-                if constexpr (kq_q8k<T>::ON)
-                    e = launch_k(moe_gate_up_kernel<T, false, true>, grid, 0, MW * 32, ws + ql, s,
-                                 pdl, a, n_sm);
+                if constexpr (kq_q8k<T>::ON) {
+                    /* rows of 8 blocks or more: the flat kernel, its row
+                     * groups sized for all the slots' rows at once */
+                    const size_t fsm = flat_use(a.nb, a.n_out)
+                                           ? flat_plan<T>(a.n_out * n_tok * a.S, a.nb, 1, 2, ql,
+                                                          n_sm, smem_optin, smem_sm, a.fr)
+                                           : 0;
+                    if (fsm)
+                        e = launch_k(moe_gate_up_flat_slots_kernel<T>,
+                                     dim3((unsigned)((a.n_out + a.fr - 1) / a.fr),
+                                          (unsigned)(n_tok * a.S)),
+                                     1, FLAT_THREADS, fsm, s, pdl, a, n_sm);
+                    else
+                        e = launch_k(moe_gate_up_kernel<T, false, true>, grid, 0, MW * 32,
+                                     ws + ql, s, pdl, a, n_sm);
+                }
             } else if (use_sx<T>() && xl <= xs_budget(smem_optin, ws)) {
                 e = launch_k(moe_gate_up_kernel<T, true, false>, grid, 0, MW * 32, ws + xl, s, pdl,
                              a, n_sm);
