@@ -4,7 +4,10 @@
  *
  * prep_kernel: one block per (token, head row): norm, rope, then q̂ to
  *   scratch (f32) or K/V to cache row pos (f16). Positions are read from
- *   device memory, so the launches can be replayed in a CUDA graph.
+ *   device memory, so the launches can be replayed in a CUDA graph; the
+ *   host uploads them before the launches, so every kernel reads them
+ *   before its PDL wait, with what else it can (prep the norm weights,
+ *   combine the gate, the projection's output two launches back).
  * Attention splits the keys 0..pos of a query at position pos into chunks
  *   of at_chunk_len(pos) keys (at most AT_NC chunks, a multiple of AT_TILE):
  *   a chunk's partial (max m, sum l, Σ p·V) comes from chunk_partial(), a
@@ -69,23 +72,26 @@ static __device__ __forceinline__ int64_t at_chunk_len(int64_t pos)
 
 static __global__ void __launch_bounds__(AT_THREADS) prep_kernel(at_args a)
 {
-    cw_pdl_wait();
-    cw_pdl_launch_dependents();
     __shared__ float x[AT_MAX_HD];
     __shared__ double part[AT_THREADS / 32];
     const int64_t t = blockIdx.x;
     const int head = blockIdx.y;
     const int hd = a.hd, tid = threadIdx.x;
-    const int64_t pos = *a.pos0 + t;
+    const bool is_q = head < a.H;
+    /* before the wait: the position (uploaded by the host before the
+     * launches) and the norm's weights (this thread's two: hd <= 2 threads) */
+    const int64_t pos0 = *a.pos0, pos = pos0 + t;
+    const float *w = is_q ? a.q_norm : a.k_norm;
+    const float w0 = tid < hd ? w[tid] : 0.0f, w1 = tid + AT_THREADS < hd ? w[tid + AT_THREADS] : 0.0f;
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     if (tid == 0 && head == 0 && t == 0) /* the call's flag, set here (no memset launch) */
-        *a.flag = *a.pos0 < 0 || *a.pos0 + a.n_tok > a.n_ctx;
+        *a.flag = pos0 < 0 || pos0 + a.n_tok > a.n_ctx;
     if (pos < 0 || pos >= a.n_ctx)
         return;
-    const bool is_q = head < a.H;
     const int kvh = head - a.H;
     const float *src = is_q ? a.P + t * 2 * a.H * hd + (int64_t)head * 2 * hd
                             : a.k + t * a.Hkv * hd + (int64_t)kvh * hd;
-    const float *w = is_q ? a.q_norm : a.k_norm;
     // RMSNorm as the CPU: squares in f32, summed in double, mean rounded to f32.
     double ss = 0.0;
     for (int i = tid; i < hd; i += AT_THREADS) {
@@ -105,7 +111,7 @@ static __global__ void __launch_bounds__(AT_THREADS) prep_kernel(at_args a)
     const float mean = (float)(tot / (double)hd);
     const float s = 1.0f / sqrtf(mean + a.eps);
     for (int i = tid; i < hd; i += AT_THREADS)
-        x[i] = __fmul_rn(__fmul_rn(x[i], s), w[i]);
+        x[i] = __fmul_rn(__fmul_rn(x[i], s), i == tid ? w0 : w1);
     __syncthreads(); // normed row complete before pairs rotate
     // RoPE: pair i takes the angle pos·s^i formed by i f32 multiplications
     // (the CPU's recurrence), section rule of IMROPE with text positions
@@ -351,29 +357,38 @@ template <int G> static __device__ void load_q(const at_args &a, int64_t t, int 
     __syncthreads(); // q̂ rows complete before the score loop
 }
 
-/* out = o / l ⊙ σ(gate) for dims 2*tid, 2*tid+1 of head h of token t. */
+/* The output gate's logits for dims 2*tid, 2*tid+1 of head h of token t
+ * (2*tid < hd). */
+static __device__ __forceinline__ void load_gate(const at_args &a, int64_t t, int h, float *g)
+{
+    const float *gate = a.P + t * 2 * a.H * a.hd + (int64_t)h * 2 * a.hd + a.hd;
+    g[0] = gate[2 * threadIdx.x];
+    g[1] = gate[2 * threadIdx.x + 1];
+}
+
+/* out = o / l ⊙ σ(g) for dims 2*tid, 2*tid+1 of head h of token t, g
+ * load_gate's. */
 static __device__ __forceinline__ void write_out(const at_args &a, int64_t t, int h, float l,
-                                                 const float *o)
+                                                 const float *o, const float *g)
 {
     const int d = 2 * threadIdx.x;
     const float inv = 1.0f / l;
-    const float *gate = a.P + t * 2 * a.H * a.hd + (int64_t)h * 2 * a.hd + a.hd;
     float *dst = a.out + (t * a.H + h) * a.hd;
 #pragma unroll
     for (int e = 0; e < 2; e++)
-        dst[d + e] = __fmul_rn(__fmul_rn(o[e], inv), cw_dev_sigmoid(gate[d + e]));
+        dst[d + e] = __fmul_rn(__fmul_rn(o[e], inv), cw_dev_sigmoid(g[e]));
 }
 
 /* ---- the split schedule ------------------------------------------------ */
 
 template <int G> static __global__ void __launch_bounds__(AT_THREADS) split_kernel(at_args a)
 {
-    cw_pdl_wait();
-    cw_pdl_launch_dependents();
     __shared__ at_smem<G> sm;
     const int c = blockIdx.x, kvh = blockIdx.y;
     const int64_t t = blockIdx.z;
-    const int64_t pos = *a.pos0 + t;
+    const int64_t pos = *a.pos0 + t; /* uploaded before the launches: read before the wait */
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
     if (pos < 0 || pos >= a.n_ctx)
         return;
     const int64_t L = at_chunk_len(pos);
@@ -401,12 +416,18 @@ template <int G> static __global__ void __launch_bounds__(AT_THREADS) split_kern
 /* One block per (head, token): folds the chunks' partials in chunk order. */
 static __global__ void __launch_bounds__(AT_THREADS) combine_kernel(at_args a)
 {
-    cw_pdl_wait();
-    cw_pdl_launch_dependents();
     const int h = blockIdx.x;
     const int64_t t = blockIdx.y;
+    /* before the wait: the position (uploaded before the launches) and the
+     * gate (the projection's, two launches back) */
     const int64_t pos = *a.pos0 + t;
-    if (pos < 0 || pos >= a.n_ctx || 2 * (int)threadIdx.x >= a.hd)
+    const bool on = 2 * (int)threadIdx.x < a.hd;
+    float g[2] = {0.0f, 0.0f};
+    if (on)
+        load_gate(a, t, h, g);
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    if (pos < 0 || pos >= a.n_ctx || !on)
         return;
     const int64_t L = at_chunk_len(pos);
     const int64_t n_ch = pos / L + 1;
@@ -417,7 +438,7 @@ static __global__ void __launch_bounds__(AT_THREADS) combine_kernel(at_args a)
         const float o2[2] = {po[0], po[1]};
         fold1(m, l, o, a.part_ml[(base + c) * 2], a.part_ml[(base + c) * 2 + 1], o2);
     }
-    write_out(a, t, h, l, o);
+    write_out(a, t, h, l, o, g);
 }
 
 /* ---- the loop schedule ------------------------------------------------- */
@@ -450,8 +471,11 @@ template <int G> static __global__ void __launch_bounds__(AT_THREADS) loop_kerne
     }
     if (2 * (int)threadIdx.x < a.hd)
 #pragma unroll
-        for (int g = 0; g < G; g++)
-            write_out(a, t, kvh * G + g, l[g], o[g]);
+        for (int g = 0; g < G; g++) {
+            float gl[2];
+            load_gate(a, t, kvh * G + g, gl);
+            write_out(a, t, kvh * G + g, l[g], o[g], gl);
+        }
 }
 
 /* ---- launcher ---------------------------------------------------------- */

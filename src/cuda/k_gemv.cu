@@ -1127,6 +1127,7 @@ struct moe_args {
     cw_norm_epi epi; /* down: the rows of h normalised after */
     const uint8_t *xqg; /* K = 1 Q8_K gate/up: the tokens' Q8_K x from xq_kernel, or NULL */
     int fr; /* moe_gate_up_flat_kernel: row pairs per group */
+    int xpre; /* routed gate/up: x written two launches back or earlier (kernels.h) */
 };
 
 /* The expert of pair i (token t, slot k: i = t*K + k): ids[i], or expert 0
@@ -1350,6 +1351,14 @@ static __device__ __forceinline__ void moe_gate_up_flat_body(const moe_args &a)
     bool pre = !a.ids || shared;
     if (pre)
         flat_fetch<T>(unit_at, threadIdx.x >> 5, 2 * nr * nb, stg, threadIdx.x & 31);
+    const size_t ql = (size_t)kq_xq_bytes(nb);
+    uint8_t *xqs = smem + flat_stage_bytes<T>();
+    /* SL, x written two launches back or earlier (kernels.h: before the
+     * route): quantised before the wait, so that the weights are asked for
+     * as soon as the ids arrive */
+    const bool xpre = SL && a.xpre && !a.xqg;
+    if (xpre)
+        xq_stage<T>(a.x + t * (int64_t)nb * T::QK, 0, 1, nb, xqs);
     cw_pdl_wait();
     cw_pdl_launch_dependents();
     const int e = shared ? 0 : moe_id(a, SL ? t * a.K + k : pair);
@@ -1361,11 +1370,9 @@ static __device__ __forceinline__ void moe_gate_up_flat_body(const moe_args &a)
     }
     if (!shared)
         gw += (size_t)e * a.eb, uw += (size_t)e * a.eb;
-    const size_t ql = (size_t)kq_xq_bytes(nb);
-    uint8_t *xqs = smem + flat_stage_bytes<T>();
     if (a.xqg)
         xq_load(a.xqg + (SL ? t : pair) * ql, (int)ql, xqs);
-    else
+    else if (!xpre)
         xq_stage<T>(a.x + t * (int64_t)nb * T::QK, 0, 1, nb, xqs);
     float *sv = (float *)(xqs + ql);
     __syncthreads();
@@ -2446,7 +2453,8 @@ static int moe_gate_up_run(struct cw_cuda *c, const struct cw_k_mat *G, const st
                    G->expert_bytes, G->n_out, (int)(G->n_in / cw_k_block_elems(G->type)), d_x,
                    d_ids, NULL, K, d_act, cw_k_tables(), S,
                    SG ? (const uint8_t *)SG->d_w : NULL, SU ? (const uint8_t *)SU->d_w : NULL,
-                   SG ? SG->row_bytes : 0, NULL, epi_of(NULL, 0), NULL, 0};
+                   SG ? SG->row_bytes : 0, NULL, epi_of(NULL, 0), NULL, 0,
+                   !nin /* with nin, the norm launch just before writes x */};
     f.down = false;
     f.n_tok = n_tok;
     f.n_sm = c->info.n_sm > 0 ? c->info.n_sm : 1;
@@ -2486,7 +2494,7 @@ static int moe_down_run(struct cw_cuda *c, const struct cw_k_mat *D, const struc
     f.a = moe_args{(const uint8_t *)D->d_w, NULL, D->row_bytes, D->expert_bytes, D->n_out,
                    (int)(D->n_in / cw_k_block_elems(D->type)), d_act, d_ids, d_wts, K, d_h,
                    cw_k_tables(), SD ? K + 1 : K, SD ? (const uint8_t *)SD->d_w : NULL, NULL,
-                   SD ? SD->row_bytes : 0, d_slogit, epi_of(nrm, D->n_out), NULL, 0};
+                   SD ? SD->row_bytes : 0, d_slogit, epi_of(nrm, D->n_out), NULL, 0, 0};
     f.down = true;
     f.n_tok = n_tok;
     f.n_sm = c->info.n_sm;

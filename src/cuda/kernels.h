@@ -142,7 +142,10 @@ size_t cw_k_matmul_scratch(const struct cw_k_mat *W, int64_t n_tok);
  * G, U: stacked experts (expert_bytes set); x [n_tok][n_in], act [n_tok*K][n_ff].
  * d_ids NULL: expert 0 for every token (a single matrix pair: K = 1 and
  * n_tok <= CW_K_GEMV_MAX_TOK), whose weights the kernel may then read
- * before the launch before it ends. */
+ * before the launch before it ends. With d_ids, the decode kernel reads x
+ * before that launch ends: x must come from an earlier launch than that one
+ * (the forward's x is written before the router's launch, and the route
+ * comes between; also for cw_k_moe_gate_up_sh). */
 int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G, const struct cw_k_mat *U,
                      const float *d_x, const int32_t *d_ids, int K, int64_t n_tok,
                      float *d_act, void *d_scratch, struct cw_err *err);
