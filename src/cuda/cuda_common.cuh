@@ -33,8 +33,11 @@ struct cw_cuda {
  * written on the device after upload) may come before the wait, and so may
  * reads of what the launch before the previous one (or earlier) wrote: the
  * previous kernel let this one start only after its own wait, i.e. once
- * that launch had completed. Below sm_90 both are no-ops and cw_launch
- * launches plainly. */
+ * that launch had completed; and so may reads of what the host uploaded
+ * before the launch sequence (the decode position). Every such read moved
+ * before the wait takes a dependent round trip off the chain of launches:
+ * the decode's small kernels are bound by those chains, not by bytes.
+ * Below sm_90 both are no-ops and cw_launch launches plainly. */
 static __device__ __forceinline__ void cw_pdl_wait(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
