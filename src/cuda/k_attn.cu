@@ -79,7 +79,7 @@ static __global__ void __launch_bounds__(AT_THREADS) prep_kernel(at_args a)
     const int hd = a.hd, tid = threadIdx.x;
     const bool is_q = head < a.H;
     /* before the wait: the position (uploaded by the host before the
-     * launches) and the norm's weights (this thread's two: hd <= 2 threads) */
+     * launches) and this thread's two norm weights (hd <= 2 AT_THREADS) */
     const int64_t pos0 = *a.pos0, pos = pos0 + t;
     const float *w = is_q ? a.q_norm : a.k_norm;
     const float w0 = tid < hd ? w[tid] : 0.0f, w1 = tid + AT_THREADS < hd ? w[tid + AT_THREADS] : 0.0f;
