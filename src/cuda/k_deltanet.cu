@@ -264,14 +264,8 @@ static __global__ void __launch_bounds__(DN_WARPS * 32) recur_kernel(dn_args a)
         } else {
         for (int idx = threadIdx.x; idx < nt * n_ch; idx += blockDim.x) {
             const int tt = idx / n_ch, ci = idx - tt * n_ch;
-            int64_t c;
-            if (ci < dk)
-                c = q_ch + ci;
-            else if (ci < 2 * dk)
-                c = k_ch + (ci - dk);
-            else if (j0 + (ci - 2 * dk) < dv)
-                c = v_ch + (ci - 2 * dk);
-            else
+            const int64_t c = dn_stage_ch(a, ci, q_ch, k_ch, v_ch, j0);
+            if (c < 0)
                 continue; // a column past dv: never read
             s_u[tt * n_ch + ci] = dn_conv(a, c, t0 + tt);
         }
