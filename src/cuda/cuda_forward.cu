@@ -234,7 +234,8 @@ static int moe(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen3
                    : 0;
     }
     if (cw_k_moe_gate_up(M->c, &G, &U, s->x, s->ids, K, n, s->act, s->scratch, err) ||
-        cw_k_moe_down(M->c, &D, s->act, s->ids, s->wts, K, n, s->h, s->scratch, err))
+        cw_k_moe_down_after_gate_up(M->c, &D, s->act, s->ids, s->wts, K, n, s->h, s->scratch,
+                                    err))
         return -1;
     if (gate_up_swiglu(M, s, &l->gate_shexp, &l->up_shexp, s->sg, s->su, n, NULL, err))
         return -1;

@@ -16,9 +16,11 @@
 int cw_k_moe_gemm_gate_up(struct cw_cuda *c, const struct cw_k_mat *G, const struct cw_k_mat *U,
                           const float *d_x, const int32_t *d_ids, int K, int64_t n_tok,
                           float *d_act, void *d_scratch, struct cw_err *err);
+/* sorted: d_scratch holds the grouping of these pairs that
+ * cw_k_moe_gemm_gate_up left there (cw_k_moe_down_after_gate_up) */
 int cw_k_moe_gemm_down(struct cw_cuda *c, const struct cw_k_mat *D, const float *d_act,
                        const int32_t *d_ids, const float *d_wts, int K, int64_t n_tok,
-                       float *d_h, void *d_scratch, struct cw_err *err);
+                       float *d_h, void *d_scratch, bool sorted, struct cw_err *err);
 /* Bytes of scratch both need for n_tok tokens, experts of E -> F (gate/up)
  * and F -> E (down). */
 size_t cw_k_moe_gemm_scratch(int64_t E, int64_t F, int K, int64_t n_tok);

@@ -2554,13 +2554,29 @@ extern "C" int cw_k_moe_gate_up_norm(struct cw_cuda *c, const struct cw_k_mat *G
                            err);
 }
 
+static int moe_down_any(struct cw_cuda *c, const struct cw_k_mat *D, const float *d_act,
+                        const int32_t *d_ids, const float *d_wts, int K, int64_t n_tok,
+                        float *d_h, void *d_scratch, bool sorted, struct cw_err *err)
+{
+    if (n_tok > CW_K_GEMV_MAX_TOK)
+        return cw_k_moe_gemm_down(c, D, d_act, d_ids, d_wts, K, n_tok, d_h, d_scratch, sorted,
+                                  err);
+    return moe_down_run(c, D, NULL, d_act, d_ids, d_wts, NULL, K, n_tok, d_h, NULL, err);
+}
+
 extern "C" int cw_k_moe_down(struct cw_cuda *c, const struct cw_k_mat *D, const float *d_act,
                              const int32_t *d_ids, const float *d_wts, int K, int64_t n_tok,
                              float *d_h, void *d_scratch, struct cw_err *err)
 {
-    if (n_tok > CW_K_GEMV_MAX_TOK)
-        return cw_k_moe_gemm_down(c, D, d_act, d_ids, d_wts, K, n_tok, d_h, d_scratch, err);
-    return moe_down_run(c, D, NULL, d_act, d_ids, d_wts, NULL, K, n_tok, d_h, NULL, err);
+    return moe_down_any(c, D, d_act, d_ids, d_wts, K, n_tok, d_h, d_scratch, false, err);
+}
+
+extern "C" int cw_k_moe_down_after_gate_up(struct cw_cuda *c, const struct cw_k_mat *D,
+                                           const float *d_act, const int32_t *d_ids,
+                                           const float *d_wts, int K, int64_t n_tok, float *d_h,
+                                           void *d_scratch, struct cw_err *err)
+{
+    return moe_down_any(c, D, d_act, d_ids, d_wts, K, n_tok, d_h, d_scratch, true, err);
 }
 
 extern "C" bool cw_k_moe_shared_fusable(const struct cw_k_mat *G, const struct cw_k_mat *D,

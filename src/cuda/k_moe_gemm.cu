@@ -634,7 +634,7 @@ int cw_k_moe_gemm_gate_up(struct cw_cuda *c, const struct cw_k_mat *G, const str
 
 int cw_k_moe_gemm_down(struct cw_cuda *c, const struct cw_k_mat *D, const float *d_act,
                        const int32_t *d_ids, const float *d_wts, int K, int64_t n_tok,
-                       float *d_h, void *d_scratch, struct cw_err *err)
+                       float *d_h, void *d_scratch, bool sorted, struct cw_err *err)
 {
     const mg_layout L = mg_lay(D->n_out, D->n_in, K, n_tok);
     if (mg_check(D, K, n_tok, L, d_scratch, "moe_down", err))
@@ -642,7 +642,9 @@ int cw_k_moe_gemm_down(struct cw_cuda *c, const struct cw_k_mat *D, const float 
     if ((uintptr_t)d_act % 16)
         return cw_errf(err, CW_ERR_INVALID, "cuda moe_down: act unaligned");
     uint8_t *scr = (uint8_t *)d_scratch;
-    if (mg_sort(c, L, scr, d_ids, NULL, 0, err))
+    /* sorted: the gate/up's grouping, at the same place (mg_lay(E, F) is
+     * the gate/up's layout and the down's) */
+    if (!sorted && mg_sort(c, L, scr, d_ids, NULL, 0, err))
         return -1;
     to_f16_kernel<<<(unsigned)L.n_pairs, 256, 0, c->stream>>>(
         d_act, D->n_in, (int)D->n_in, (__half *)(scr + L.xh), (int *)(scr + L.xe));

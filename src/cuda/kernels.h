@@ -168,6 +168,16 @@ int cw_k_moe_down(struct cw_cuda *c, const struct cw_k_mat *D, const float *d_ac
                   const int32_t *d_ids, const float *d_wts, int K, int64_t n_tok, float *d_h,
                   void *d_scratch, struct cw_err *err);
 
+/* cw_k_moe_down of the pairs of the cw_k_moe_gate_up call just before it on
+ * the stream: the same d_ids, K and n_tok, D's shape that gate/up's turned
+ * round (n_in = its n_out, n_out = its n_in), and the same d_scratch, which
+ * nothing writes between the two. Above the GEMV regime the grouped product
+ * then takes the gate/up's grouping of the pairs by expert from the scratch
+ * instead of sorting them again. The same results as cw_k_moe_down. */
+int cw_k_moe_down_after_gate_up(struct cw_cuda *c, const struct cw_k_mat *D, const float *d_act,
+                                const int32_t *d_ids, const float *d_wts, int K, int64_t n_tok,
+                                float *d_h, void *d_scratch, struct cw_err *err);
+
 /* Decode form with the shared expert as one more slot of the same launches
  * (n_tok <= CW_K_GEMV_MAX_TOK; cw_k_moe_shared_fusable says when the shapes
  * and types allow it):

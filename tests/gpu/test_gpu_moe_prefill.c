@@ -117,7 +117,7 @@ static void check(const struct hexp *G, const struct hexp *U, const struct hexp 
     for (int64_t i = 0; i < n_tok * EW; i++)
         h0[i] = gauss();
     float *act = malloc(sizeof(float) * np * FW), *act2 = malloc(sizeof(float) * np * FW);
-    float *hb = malloc(sizeof(float) * n_tok * EW);
+    float *hb = malloc(sizeof(float) * n_tok * EW), *hc = malloc(sizeof(float) * n_tok * EW);
     for (int64_t i = 0; i < np * FW; i++)
         act[i] = NAN;
     int32_t *d_ids = dalloc(sizeof(int32_t) * np);
@@ -133,17 +133,25 @@ static void check(const struct hexp *G, const struct hexp *U, const struct hexp 
     ok(ns > 0, "n_tok %lld: grouped path asks for %zu bytes of scratch", (long long)n_tok, ns);
     void *scr = dalloc(ns);
     CK(cw_cuda_memset(C, scr, 0xFF, ns, &E)); /* garbage scratch */
-    for (int run = 0; run < 2; run++) {
+    /* runs 0 and 1 as cw_k_moe_down, run 2 reusing the gate/up's grouping */
+    for (int run = 0; run < 3; run++) {
         up(d_act, act, sizeof(float) * np * FW); /* NaN poison */
         up(d_h, h0, sizeof(float) * n_tok * EW);
         CK(cw_k_moe_gate_up(C, &mg, &mu, d_x, d_ids, K, n_tok, d_act, scr, &E));
-        CK(cw_k_moe_down(C, &md, d_act, d_ids, d_wts, K, n_tok, d_h, scr, &E));
+        if (run < 2)
+            CK(cw_k_moe_down(C, &md, d_act, d_ids, d_wts, K, n_tok, d_h, scr, &E));
+        else
+            CK(cw_k_moe_down_after_gate_up(C, &md, d_act, d_ids, d_wts, K, n_tok, d_h, scr, &E));
         CK(cw_cuda_sync(C, &E));
-        down(run ? act2 : act, d_act, sizeof(float) * np * FW);
-        down(run ? hb : h, d_h, sizeof(float) * n_tok * EW);
+        if (run < 2)
+            down(run ? act2 : act, d_act, sizeof(float) * np * FW);
+        down(run == 0 ? h : run == 1 ? hb : hc, d_h, sizeof(float) * n_tok * EW);
     }
     ok(!memcmp(act, act2, sizeof(float) * np * FW) && !memcmp(h, hb, sizeof(float) * n_tok * EW),
        "n_tok %lld: two runs bit-identical (act and h)", (long long)n_tok);
+    ok(!memcmp(h, hc, sizeof(float) * n_tok * EW),
+       "n_tok %lld: moe_down_after_gate_up (the gate/up's grouping) bit-equal to moe_down",
+       (long long)n_tok);
     ok(all_finite(act, np * FW) && all_finite(h, n_tok * EW),
        "n_tok %lld: every act and h element written", (long long)n_tok);
     /* gate_up on a sample of pairs (all of them when small) */
@@ -227,7 +235,7 @@ static void check(const struct hexp *G, const struct hexp *U, const struct hexp 
        cw_qtype_name(D->type), (long long)n_tok, checked, bad, worst);
     cw_cuda_free(C, d_ids), cw_cuda_free(C, d_wts), cw_cuda_free(C, d_x), cw_cuda_free(C, d_h);
     cw_cuda_free(C, d_act), cw_cuda_free(C, scr);
-    free(ids), free(wts), free(x), free(h0), free(h), free(hb), free(act), free(act2);
+    free(ids), free(wts), free(x), free(h0), free(h), free(hb), free(hc), free(act), free(act2);
 }
 
 /* ---- benchmark ---------------------------------------------------------- */
