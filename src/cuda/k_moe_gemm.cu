@@ -9,7 +9,10 @@
  *     per-(warp, expert) bases, each warp places its segment in order (ranks
  *     from __match_any_sync). The pair list is thus sorted by (expert, pair
  *     index): deterministic. Each expert's run is cut into tiles of BN pairs;
- *     the tile table (expert, first, count) and its length go to scratch.
+ *     the tile table (expert, first, count) and its length go to scratch,
+ *     where the down of the same pairs finds them (sorted: one sort per
+ *     layer; H200 35B pp512 11,045 -> 11,277 tok/s, pp2048 14,146 ->
+ *     14,449, the same bits).
  *  2. to_f16: the activation rows (x per token for gate/up, act per pair for
  *     down) to f16, each row scaled by a power of two 2^s (exact) that puts
  *     its largest magnitude in [2^14, 2^15): no f16 overflow whatever the
