@@ -9,7 +9,8 @@
  *   before its PDL wait, with what else it can (prep the norm weights,
  *   combine the gate, the projection's output two launches back).
  * Attention splits the keys 0..pos of a query at position pos into chunks
- *   of at_chunk_len(pos) keys (at most AT_NC chunks, a multiple of AT_TILE):
+ *   of at_chunk_len(pos) keys (at most AT_NC chunks, a multiple of AT_TILE,
+ *   or of AT_SHORT_KEYS at short contexts):
  *   a chunk's partial (max m, sum l, Σ p·V) comes from chunk_partial(), a
  *   loop over tiles of AT_TILE keys, and partials fold in chunk order with
  *   fold(). Two schedules run that same arithmetic:
@@ -61,11 +62,21 @@ struct at_args {
 };
 
 /* Keys per chunk for a query at position pos: the fewest whole tiles that
- * cover pos+1 keys in at most AT_NC chunks. */
+ * cover pos+1 keys in at most AT_NC chunks; below AT_SHORT_NC·AT_TILE keys,
+ * where that is one tile, a multiple of AT_SHORT_KEYS that makes up to
+ * AT_SHORT_NC chunks instead, so that a short context's decode spreads
+ * over that many split blocks per kv head, not one. */
+#define AT_SHORT_NC 4
+#define AT_SHORT_KEYS 32
 static __device__ __forceinline__ int64_t at_chunk_len(int64_t pos)
 {
     const int64_t per = (pos + AT_NC) / AT_NC; // ceil((pos+1)/AT_NC)
-    return (per + AT_TILE - 1) / AT_TILE * AT_TILE;
+    const int64_t L = (per + AT_TILE - 1) / AT_TILE * AT_TILE;
+    if (L > AT_TILE)
+        return L;
+    const int64_t q = (pos + AT_SHORT_NC) / AT_SHORT_NC; // ceil((pos+1)/AT_SHORT_NC)
+    const int64_t s = (q + AT_SHORT_KEYS - 1) / AT_SHORT_KEYS * AT_SHORT_KEYS;
+    return s < AT_TILE ? s : AT_TILE;
 }
 
 /* ---- prep: norm, rope, store ------------------------------------------- */
