@@ -15,6 +15,7 @@
  *   loop over tiles of AT_TILE keys, and partials fold in chunk order with
  *   fold(). Two schedules run that same arithmetic:
  *   - split (n_tok <= AT_SPLIT_MAX): one block per (chunk, kv head, token),
+ *     at short contexts per (chunk, share of the kv head's query heads),
  *     partials to scratch, then combine_kernel folds them: many blocks for
  *     one decode token (flash-decoding);
  *   - loop (prefill): one block per (token, kv head) folding its chunks
@@ -359,11 +360,12 @@ static __device__ void chunk_partial(const at_args &a, int kvh, int64_t k0, int6
     }
 }
 
-template <int G> static __device__ void load_q(const at_args &a, int64_t t, int kvh, at_smem<G> &sm)
+/* The G rows of q̂ of heads h0 .. h0+G-1 of token t into sm.q. */
+template <int G> static __device__ void load_q(const at_args &a, int64_t t, int h0, at_smem<G> &sm)
 {
     for (int i = threadIdx.x; i < G * a.hd; i += AT_THREADS) {
         const int g = i / a.hd, d = i - g * a.hd;
-        sm.q[g][d] = a.qbuf[(t * a.H + (int64_t)kvh * G + g) * a.hd + d];
+        sm.q[g][d] = a.qbuf[(t * a.H + (int64_t)h0 + g) * a.hd + d];
     }
     __syncthreads(); // q̂ rows complete before the score loop
 }
@@ -392,27 +394,17 @@ static __device__ __forceinline__ void write_out(const at_args &a, int64_t t, in
 
 /* ---- the split schedule ------------------------------------------------ */
 
-template <int G> static __global__ void __launch_bounds__(AT_THREADS) split_kernel(at_args a)
+/* One chunk's partial of the GS heads h0.. of kv head kvh to scratch. */
+template <int GS>
+static __device__ __forceinline__ void split_chunk(const at_args &a, int64_t t, int kvh, int h0,
+                                                   int c, int64_t k0, int64_t k1, at_smem<GS> &sm)
 {
-    __shared__ at_smem<G> sm;
-    const int c = blockIdx.x, kvh = blockIdx.y;
-    const int64_t t = blockIdx.z;
-    const int64_t pos = *a.pos0 + t; /* uploaded before the launches: read before the wait */
-    cw_pdl_wait();
-    cw_pdl_launch_dependents();
-    if (pos < 0 || pos >= a.n_ctx)
-        return;
-    const int64_t L = at_chunk_len(pos);
-    const int64_t k0 = (int64_t)c * L;
-    if (k0 > pos)
-        return; // past this query's last chunk
-    const int64_t k1 = min(k0 + L, pos + 1);
-    load_q<G>(a, t, kvh, sm);
-    at_acc<G> acc;
-    chunk_partial<G>(a, kvh, k0, k1, sm, acc);
+    load_q<GS>(a, t, h0, sm);
+    at_acc<GS> acc;
+    chunk_partial<GS>(a, kvh, k0, k1, sm, acc);
 #pragma unroll
-    for (int g = 0; g < G; g++) {
-        const int64_t slot = (t * a.H + (int64_t)kvh * G + g) * AT_NC + c;
+    for (int g = 0; g < GS; g++) {
+        const int64_t slot = (t * a.H + (int64_t)h0 + g) * AT_NC + c;
         if (threadIdx.x == 0) {
             a.part_ml[slot * 2] = acc.m[g];
             a.part_ml[slot * 2 + 1] = acc.l[g];
@@ -422,6 +414,46 @@ template <int G> static __global__ void __launch_bounds__(AT_THREADS) split_kern
             a.part_o[slot * a.hd + 2 * threadIdx.x + 1] = acc.o[g][1];
         }
     }
+}
+
+/* Heads per split block at short contexts: 2 where G is even (H200 35B
+ * decode, G = 8: 451-454 tok/s with all 8 -> 461-463 with 2 or 1;
+ * 27B, G = 6: 141.5 -> 142.4 with 2), else 1. */
+static constexpr int at_short_gs(int G)
+{
+    return G % 2 == 0 && G > 2 ? 2 : 1;
+}
+
+/* Block x of kv head kvh: chunk x with all G heads; at short contexts
+ * (at most AT_SHORT_NC chunks) chunk x % AT_SHORT_NC with the GS heads of
+ * share x / AT_SHORT_NC instead, so that a few chunks still spread over
+ * G/GS times the blocks. A head's arithmetic does not depend on how many
+ * heads share its block, so the bits are the same. */
+template <int G, int GS>
+static __global__ void __launch_bounds__(AT_THREADS) split_kernel(at_args a)
+{
+    static_assert(G % GS == 0 && AT_SHORT_NC * (G / GS) <= AT_NC, "head shares");
+    __shared__ at_smem<G> sm;
+    const int kvh = blockIdx.y;
+    const int64_t t = blockIdx.z;
+    const int64_t pos = *a.pos0 + t; /* uploaded before the launches: read before the wait */
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    if (pos < 0 || pos >= a.n_ctx)
+        return;
+    const int64_t L = at_chunk_len(pos);
+    const bool share = GS < G && pos < (int64_t)AT_SHORT_NC * AT_TILE;
+    const int c = share ? (int)blockIdx.x % AT_SHORT_NC : (int)blockIdx.x;
+    const int part = share ? (int)blockIdx.x / AT_SHORT_NC : 0;
+    const int64_t k0 = (int64_t)c * L;
+    if (k0 > pos || part >= (share ? G / GS : 1))
+        return; // past this query's last chunk, or its last share
+    const int64_t k1 = min(k0 + L, pos + 1);
+    if (share) /* at_smem<GS> is a prefix-sized view of at_smem<G> */
+        split_chunk<GS>(a, t, kvh, kvh * G + part * GS, c, k0, k1,
+                        *reinterpret_cast<at_smem<GS> *>(&sm));
+    else
+        split_chunk<G>(a, t, kvh, kvh * G, c, k0, k1, sm);
 }
 
 /* One block per (head, token): folds the chunks' partials in chunk order. */
@@ -465,7 +497,7 @@ template <int G> static __global__ void __launch_bounds__(AT_THREADS) loop_kerne
     if (pos < 0 || pos >= a.n_ctx)
         return;
     const int64_t L = at_chunk_len(pos);
-    load_q<G>(a, t, kvh, sm);
+    load_q<G>(a, t, kvh * G, sm);
     float m[G], l[G], o[G][2];
 #pragma unroll
     for (int g = 0; g < G; g++) {
@@ -510,7 +542,7 @@ size_t cw_k_attn_scratch(const struct cw_k_attn_dims *d, int64_t n_tok, int64_t 
 template <int G> static int launch(struct cw_cuda *c, const at_args &a, struct cw_err *err)
 {
     if (a.n_tok <= AT_SPLIT_MAX) {
-        CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, split_kernel<G>,
+        CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, split_kernel<G, at_short_gs(G)>,
                                    dim3(AT_NC, a.Hkv, (unsigned)a.n_tok), dim3(AT_THREADS), 0, a));
         CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, combine_kernel,
                                    dim3(a.H, (unsigned)a.n_tok), dim3(AT_THREADS), 0, a));

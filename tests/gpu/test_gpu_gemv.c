@@ -728,6 +728,69 @@ static void check_row_groups(enum cw_qtype type)
     hmat_free(&g), hmat_free(&u);
 }
 
+/* Launches past 65,536 rows at one token (the LM heads: gemv_stream_kernel,
+ * each block streaming its share of the rows through a ring of stages):
+ * rows tiled from P distinct ones (the CPU's reference stays cheap; a row
+ * read from a wrong stage shows), widths whose rows are 16-byte multiples
+ * (8 blocks) or not (20 and 13 blocks of Q6_K: stages at any even offset),
+ * rows of 2 blocks (a stage of fewer units than threads), a row count no
+ * stage divides. At one token the CPU's vec_dot bits, and
+ * with add and scale the bits of the same call at two tokens (another
+ * kernel), token 0. */
+static void check_stream(enum cw_qtype type, int64_t IN)
+{
+    enum { P = 997, R = 70001 };
+    struct hmat m;
+    hmat_make(&m, type, IN, P);
+    uint8_t *tw = malloc(m.rb * R);
+    for (int64_t r = 0; r < R; r++)
+        memcpy(tw + r * m.rb, m.q + (r % P) * m.rb, m.rb);
+    void *dw = dalloc(m.rb * R);
+    up(dw, tw, m.rb * R);
+    struct cw_k_mat W = {type, dw, m.rb, 0, IN, R};
+    float *x = malloc(sizeof(float) * IN * 2), *y = malloc(sizeof(float) * R * 2);
+    float *y2 = malloc(sizeof(float) * R * 2), *h0 = malloc(sizeof(float) * R * 2), sl[2];
+    fill_x(x, IN * 2);
+    for (int64_t i = 0; i < R * 2; i++)
+        h0[i] = gauss();
+    sl[0] = 0.7f, sl[1] = -1.3f;
+    float *dx = dalloc(sizeof(float) * IN * 2), *dy = dalloc(sizeof(float) * R * 2);
+    float *ds = dalloc(sizeof sl);
+    up(dx, x, sizeof(float) * IN * 2);
+    up(ds, sl, sizeof sl);
+    const size_t ns = cw_k_matmul_scratch(&W, 2);
+    void *scr = ns ? dalloc(ns) : NULL;
+    void *xq = malloc(cw_cpu_act_bytes(type, IN));
+    cw_cpu_quantize_act(type, x, xq, IN);
+    float c[P];
+    for (int64_t r = 0; r < P; r++)
+        c[r] = cw_cpu_vec_dot(type, IN, m.q + r * m.rb, xq);
+    CK(cw_k_matmul(C, &W, dx, IN, 1, dy, R, false, NULL, scr, &E));
+    down(y, dy, sizeof(float) * R);
+    int bad = 0;
+    for (int64_t r = 0; r < R; r++)
+        if (memcmp(&y[r], &c[r % P], 4)) {
+            if (bad < 3)
+                note("stream r %lld: got %.9g, the CPU %.9g", (long long)r, y[r], c[r % P]);
+            bad++;
+        }
+    /* add and scale: one token, against token 0 of a two-token call */
+    up(dy, h0, sizeof(float) * R * 2);
+    CK(cw_k_matmul(C, &W, dx, IN, 1, dy, R, true, ds, scr, &E));
+    down(y, dy, sizeof(float) * R);
+    up(dy, h0, sizeof(float) * R * 2);
+    CK(cw_k_matmul(C, &W, dx, IN, 2, dy, R, true, ds, scr, &E));
+    down(y2, dy, sizeof(float) * R * 2);
+    const int same = !memcmp(y, y2, sizeof(float) * R);
+    ok(bad == 0 && same,
+       "%s %d x %lld at one token: the CPU's bits (%d bad); added and scaled = token 0 of two",
+       cw_qtype_name(type), R, (long long)IN, bad);
+    free(x), free(y), free(y2), free(h0), free(xq), free(tw);
+    cw_cuda_free(C, dw), cw_cuda_free(C, dx), cw_cuda_free(C, dy), cw_cuda_free(C, ds);
+    cw_cuda_free(C, scr);
+    hmat_free(&m);
+}
+
 /* Q8_K products whose rows hold 8 blocks or more (the flat kernels): 68
  * and 13 blocks, a row count that leaves the last row group short, one and
  * two token groups, add and scale, batch invariance; the CPU's vec_dot
@@ -800,6 +863,10 @@ static void test_type(enum cw_qtype type)
         check_long_rows(type);
         check_long_scatter(type);
         check_row_groups(type);
+        check_stream(type, 2048);
+        check_stream(type, 5120);
+        check_stream(type, 3328);
+        check_stream(type, 512); /* 2 blocks a row: a stage's 32 rows, 64 units */
     }
 }
 
