@@ -1213,7 +1213,8 @@ static __global__ void __launch_bounds__(FLAT_THREADS) gemv_stream_kernel(const 
     const uint8_t *xq[1] = {xqs};
     const int o = (int)((uintptr_t)(a.seg[0].w + (size_t)r0 * rb) & 15); /* rb: whole pieces */
     for (int s = 0; s < ns; s++) {
-        /* the stage after: its buffer's last reader passed the barrier below */
+        /* the stage after, into the buffer whose units were computed
+         * before the last iteration's second barrier */
         const int sn = s + ST_NST - 1;
         stream_fetch(a, r0 + (int64_t)sn * sr, rows_of(sn), smem + (sn % ST_NST) * stb,
                      &bar[sn % ST_NST]);
@@ -2039,9 +2040,6 @@ struct gemv_launch {
         e = launch_k(gemv_kernel<T, RR, NT, SX, Q8K>, dim3(grp), SX, WARPS * 32, smem, s, pdl, a,
                      n_sm);
     }
-    /* One token of a launch past FLAT_ROWS_MAX rows of one unpadded
-     * segment (the LM heads) on gemv_stream_kernel, where its stages fit
-     * (NST = 4, else 3); false where it does not apply. */
     /* One token of a launch past FLAT_ROWS_MAX rows of one unpadded
      * segment (the LM heads) on gemv_stream_kernel (sm_90: bulk), where
      * its stages fit; false where it does not apply. */
