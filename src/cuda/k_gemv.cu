@@ -1106,10 +1106,11 @@ static size_t flat_plan(int64_t n_out, int nb, int nt, int per, size_t ql, int n
     }
 }
 
-/* The LM heads (past FLAT_ROWS_MAX rows; one token, one segment of
- * unpadded rows), on sm_90: the flat kernel restarts its pipeline at each
- * of a block's many row groups, and the 8-lane and lpb kernels keep few
- * bytes in flight per warp. Here each of n_sm blocks streams its
+/* One token, one segment of unpadded rows, on sm_90 (stream_go says
+ * where): the LM heads (past FLAT_ROWS_MAX rows), where the flat kernel
+ * restarts its pipeline at each of a block's many row groups and the
+ * 8-lane and lpb kernels keep few bytes in flight per warp, and launches
+ * small enough for one stage a block. Here each of n_sm blocks streams its
  * contiguous share of the rows through ST_NST stages of a.fr rows (the
  * most whole rows of at most ST_UPT·FLAT_THREADS units), each stage's
  * 16-byte-aligned cover brought by the bulk copy engine (cp.async.bulk,
@@ -1129,10 +1130,12 @@ static __host__ __device__ size_t stream_stage_bytes(int sr, size_t rb)
     return ((size_t)sr * rb + 15) / 16 * 16 + 16;
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 static __device__ __forceinline__ unsigned smem_u32(const void *p)
 {
     return (unsigned)__cvta_generic_to_shared(p);
 }
+#endif
 
 /* Starts the copy of rows [r, r+nr) of the launch's one segment (its
  * 16-byte-aligned cover; the rows at byte (w + r*rb) & 15 of st) by the
@@ -1162,6 +1165,16 @@ static __device__ __forceinline__ void stream_fetch(const mv_args &a, int64_t r,
 #endif
 }
 
+/* n barriers of one arrival each, their init visible to the copy engine. */
+static __device__ __forceinline__ void mbar_init(uint64_t *bar, int n)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    for (int k = 0; k < n; k++)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bar[k])) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
 /* Waits for the phase of bar with this parity to complete. */
 static __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
 {
@@ -1179,7 +1192,9 @@ static __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
 template <class T>
 static __global__ void __launch_bounds__(FLAT_THREADS) gemv_stream_kernel(const mv_args a)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* the host launches it from sm_90 on */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap(); /* the host launches it from sm_90 on (gemv_launch::bulk) */
+#endif
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ uint64_t bar[ST_NST];
     const int nb = a.nb, sr = a.fr;
@@ -1190,12 +1205,8 @@ static __global__ void __launch_bounds__(FLAT_THREADS) gemv_stream_kernel(const 
     auto rows_of = [&](int s) {
         return s < ns ? (int)(nrow - (int64_t)s * sr < sr ? nrow - (int64_t)s * sr : sr) : 0;
     };
-    if (threadIdx.x == 0) {
-        for (int k = 0; k < ST_NST; k++)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bar[k]))
-                         : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (threadIdx.x == 0)
+        mbar_init(bar, ST_NST);
     __syncwarp();
     /* the first stages asked for before the wait (weights) */
     for (int s = 0; s < ST_NST - 1; s++)
@@ -1243,7 +1254,6 @@ static __global__ void __launch_bounds__(FLAT_THREADS) gemv_stream_kernel(const 
         }
     }
     cw_norm_epilogue<FLAT_THREADS>(a.epi, a.seg[0].y, a.seg[0].ldy, 1, smem);
-#endif
 }
 
 struct moe_args {
@@ -2040,17 +2050,27 @@ struct gemv_launch {
         e = launch_k(gemv_kernel<T, RR, NT, SX, Q8K>, dim3(grp), SX, WARPS * 32, smem, s, pdl, a,
                      n_sm);
     }
-    /* One token of a launch past FLAT_ROWS_MAX rows of one unpadded
-     * segment (the LM heads) on gemv_stream_kernel (sm_90: bulk), where
-     * its stages fit; false where it does not apply. */
+    /* One token of one unpadded segment on gemv_stream_kernel (sm_90:
+     * bulk), where its stages fit: the LM heads (past FLAT_ROWS_MAX rows),
+     * and launches whose every block's rows fit one stage, so that all of
+     * the matrix is asked for before the PDL wait (the 35B's 4096-wide
+     * out-projections: H200 35B decode 467.2-468.1 -> 479.1-481.7 tok/s,
+     * the same bits; the 27B's ffn_down and out-projections on it, 2-6
+     * stages a block, ran 5% slower than on the flat kernel). False where
+     * it does not apply. */
     template <class T>
     bool stream_go(size_t ql)
     {
-        if (!bulk || a.nt != 1 || a.nseg != 1 || a.n_out <= FLAT_ROWS_MAX || fn ||
-            a.nb > FLAT_THREADS || a.seg[0].rb != (size_t)a.nb * T::BB)
+        if (!bulk || a.nt != 1 || a.nseg != 1 || fn || a.nb > FLAT_THREADS ||
+            a.seg[0].rb != (size_t)a.nb * T::BB)
             return false;
         const int sr0 = ST_UPT * FLAT_THREADS / a.nb;
-        const int sr = sr0 < ST_UPT * FLAT_THREADS / 8 ? sr0 : ST_UPT * FLAT_THREADS / 8;
+        int sr = sr0 < ST_UPT * FLAT_THREADS / 8 ? sr0 : ST_UPT * FLAT_THREADS / 8;
+        const int64_t share = (a.n_out + n_sm - 1) / n_sm; /* a block's rows */
+        if (share <= sr)
+            sr = (int)share;
+        else if (a.n_out <= FLAT_ROWS_MAX)
+            return false;
         const size_t stb = stream_stage_bytes(sr, a.seg[0].rb);
         const size_t smem = ST_NST * stb + ql + (size_t)ST_UPT * FLAT_THREADS * sizeof(float);
         if (smem + 1024 > smem_optin || cw_norm_epi_smem(a.epi) > smem)
@@ -2072,7 +2092,7 @@ struct gemv_launch {
                                               n_sm, smem_optin, smem_sm, a.fr)
                                : 0;
         if constexpr (NT == 1)
-            if (!fsm && stream_go<T>(ql))
+            if (stream_go<T>(ql))
                 return;
         if (fsm) {
             const size_t smem = fsm > cw_norm_epi_smem(a.epi) ? fsm : cw_norm_epi_smem(a.epi);
