@@ -442,7 +442,7 @@ static __global__ void __launch_bounds__(AT_THREADS) split_kernel(at_args a)
     if (pos < 0 || pos >= a.n_ctx)
         return;
     const int64_t L = at_chunk_len(pos);
-    const bool share = GS < G && pos < (int64_t)AT_SHORT_NC * AT_TILE;
+    const bool share = GS < G && pos < AT_SHORT_NC * L; /* at most AT_SHORT_NC chunks */
     const int c = share ? (int)blockIdx.x % AT_SHORT_NC : (int)blockIdx.x;
     const int part = share ? (int)blockIdx.x / AT_SHORT_NC : 0;
     const int64_t k0 = (int64_t)c * L;

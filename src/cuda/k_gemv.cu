@@ -1222,7 +1222,6 @@ static __global__ void __launch_bounds__(FLAT_THREADS) gemv_stream_kernel(const 
         xq_stage<T>(a.x, a.ldx, 1, nb, xqs);
     __syncthreads(); /* x, and the barriers' init, seen by every thread */
     const uint8_t *xq[1] = {xqs};
-    const int o = (int)((uintptr_t)(a.seg[0].w + (size_t)r0 * rb) & 15); /* rb: whole pieces */
     for (int s = 0; s < ns; s++) {
         /* the stage after, into the buffer whose units were computed
          * before the last iteration's second barrier */
@@ -1233,7 +1232,8 @@ static __global__ void __launch_bounds__(FLAT_THREADS) gemv_stream_kernel(const 
         __syncthreads(); /* sv read by all */
         const int nr = rows_of(s);
         const uint8_t *st = smem + (s % ST_NST) * stb;
-        const int os = (int)((o + (size_t)s * sr * rb) & 15);
+        /* where stream_fetch's cover put the stage's first row */
+        const int os = (int)((uintptr_t)(a.seg[0].w + (size_t)(r0 + (int64_t)s * sr) * rb) & 15);
 #pragma unroll
         for (int k = 0; k < ST_UPT; k++) {
             const int u = threadIdx.x + k * FLAT_THREADS;
@@ -2087,13 +2087,13 @@ struct gemv_launch {
     template <class T, int NT>
     void q8k_one(size_t ql, bool r1)
     {
+        if constexpr (NT == 1)
+            if (stream_go<T>(ql))
+                return;
         const size_t fsm = flat_use(a.nb, a.n_out)
                                ? flat_plan<T>(a.n_out, a.nb, a.nt, 1, ql + norm_row_bytes<T>(),
                                               n_sm, smem_optin, smem_sm, a.fr)
                                : 0;
-        if constexpr (NT == 1)
-            if (stream_go<T>(ql))
-                return;
         if (fsm) {
             const size_t smem = fsm > cw_norm_epi_smem(a.epi) ? fsm : cw_norm_epi_smem(a.epi);
             dim3 grid((unsigned)((a.n_out + a.fr - 1) / a.fr));
