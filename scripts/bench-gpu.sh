@@ -14,8 +14,12 @@
 #                              (needed where the llama.cpp oracle is absent)
 #   BENCH_MODELS ["35b-a3b 27b"]  BENCH_DIR [/dev/shm]  BENCH_BUILD [build-gpu]
 #   BENCH_ARGS ["-p 512,2048 -n 128 -d 0,16384 -r 3"]  BENCH_REGEN=1 rewrites files
+#   BENCH_DEPS  a folder from scripts/device-deps.sh, for a machine without
+#               Debian's jansson and libmicrohttpd (the H200 machine): its
+#               packages are unpacked into a private prefix for the build and
+#               the runs, and its tokenizer and template feed mkmodel
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 MODELS=${BENCH_MODELS:-"35b-a3b 27b"}
 DIR=${BENCH_DIR:-/dev/shm}
@@ -23,11 +27,34 @@ BUILD=${BENCH_BUILD:-build-gpu}
 ARGS=${BENCH_ARGS:-"-p 512,2048 -n 128 -d 0,16384 -r 3"}
 JOBS=$(nproc)
 status=0
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+cmake_deps=()
+run_env=()
+if [ -n "${BENCH_DEPS:-}" ]; then
+    # a fixed place beside the build, which keeps the paths CMake cached
+    root=$BUILD/deps
+    rm -rf "$root" && mkdir -p "$root"
+    for d in "$BENCH_DEPS"/*.deb; do
+        dpkg-deb -x "$d" "$root" || { echo "bench-gpu: cannot unpack $d" >&2; exit 1; }
+    done
+    lib=$root/usr/lib/x86_64-linux-gnu
+    # the prefix for find_library/find_path; -rpath-link lets the linker
+    # resolve libmicrohttpd's own libraries (gnutls) from there too
+    cmake_deps=(-DCMAKE_PREFIX_PATH="$root/usr" -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$lib")
+    # only cwen runs with them, not the tools of this script
+    run_env=(env LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+    [ -f "$BENCH_DEPS/ggml-vocab-qwen35.gguf" ] && : "${CWEN_VOCAB:=$BENCH_DEPS/ggml-vocab-qwen35.gguf}"
+    [ -f "$BENCH_DEPS/Qwen3.5-4B.jinja" ] && : "${CWEN_TEMPLATE:=$BENCH_DEPS/Qwen3.5-4B.jinja}"
+fi
 
 echo "== building cwen (Release, sm_90) in $BUILD"
-if ! { cmake -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null &&
-       cmake --build "$BUILD" -j"$JOBS" --target cwen >/dev/null; }; then
-    echo "bench-gpu: build failed" >&2
+if ! { cmake -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+           "${cmake_deps[@]}" >"$out/cmake.log" 2>&1 &&
+       cmake --build "$BUILD" -j"$JOBS" --target cwen >>"$out/cmake.log" 2>&1; }; then
+    echo "bench-gpu: build failed; its last lines:" >&2
+    tail -n 20 "$out/cmake.log" >&2
     exit 1
 fi
 CWEN=$BUILD/cwen
@@ -36,14 +63,12 @@ gen_args=()
 [ -n "${CWEN_VOCAB:-}" ] && gen_args+=(--vocab "$CWEN_VOCAB")
 [ -n "${CWEN_TEMPLATE:-}" ] && gen_args+=(--template "$CWEN_TEMPLATE")
 
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
 for m in $MODELS; do
     f=$DIR/bench-$m-q4_k_m.gguf
     if [ ! -f "$f" ] || [ "${BENCH_REGEN:-0}" = 1 ]; then
         echo "== generating $f"
         t0=$(date +%s.%N)
-        if ! "$CWEN" mkmodel --preset "$m" --mix q4_k_m --threads "$JOBS" "${gen_args[@]}" -o "$f"; then
+        if ! "${run_env[@]}" "$CWEN" mkmodel --preset "$m" --mix q4_k_m --threads "$JOBS" "${gen_args[@]}" -o "$f"; then
             echo "bench-gpu: generating $m failed" >&2
             rm -f "$f"
             echo "{\"test\": \"(model)\", \"error\": \"generation failed\"}" >"$out/$m.jsonl"
@@ -55,7 +80,7 @@ for m in $MODELS; do
     fi
     echo "== $CWEN bench -m $f --backend cuda $ARGS --json"
     # shellcheck disable=SC2086 # ARGS is a list of options
-    if ! "$CWEN" bench -m "$f" --backend cuda $ARGS --json >"$out/$m.jsonl" 2>"$out/$m.err"; then
+    if ! "${run_env[@]}" "$CWEN" bench -m "$f" --backend cuda $ARGS --json >"$out/$m.jsonl" 2>"$out/$m.err"; then
         echo "bench-gpu: cwen bench on $m reported a failure:" >&2
         grep -v ' \.\.\.$' "$out/$m.err" >&2
         status=1
