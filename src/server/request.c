@@ -168,11 +168,18 @@ int rq_model(struct srv_job *j, json_t *o, bool required, struct srv_err *e)
     const char *m = NULL;
     if (rq_str(o, "model", &m, e))
         return -1;
-    if (!cwen_model_name_ok(en, m))
+    if (!cwen_model_name_ok(en, m)) {
+        /* the file's name is accepted too; named only where it differs */
+        if (strcmp(in->model_name, in->file_name) == 0)
+            return srv_errf(e, 400, "model",
+                            "model '%s' is not served here; this server serves \"%s\"; "
+                            "an empty name means the served model",
+                            m, in->model_name);
         return srv_errf(e, 400, "model",
                         "model '%s' is not served here; this server serves \"%s\" (also \"%s\"); "
                         "an empty name means the served model",
                         m, in->model_name, in->file_name);
+    }
     j->model = strdup(m && *m ? m : in->model_name);
     return 0;
 }

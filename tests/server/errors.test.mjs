@@ -69,6 +69,8 @@ test('unknown model: 400 naming the served ones, in both dialects and the offici
   isOpenAIError(r, 400, 'model');
   assert.match(r.body.error.message, /gpt-4o/);
   assert.match(r.body.error.message, /server-tiny-moe\.gguf/);
+  // the file's name is the served name here (no known checkpoint): said once
+  assert.equal(r.body.error.message.split('server-tiny-moe.gguf').length, 2);
   const oai = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'x', maxRetries: 0 });
   await assert.rejects(oai.chat.completions.create({ model: 'gpt-4o', messages: msgs }),
     (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /server-tiny-moe/.test(e.message));
