@@ -36,7 +36,12 @@ if [ -n "${BENCH_DEPS:-}" ]; then
     # a fixed place beside the build, which keeps the paths CMake cached
     root=$BUILD/deps
     rm -rf "$root" && mkdir -p "$root"
-    for d in "$BENCH_DEPS"/*.deb; do
+    debs=("$BENCH_DEPS"/*.deb)
+    if [ ! -e "${debs[0]}" ]; then
+        echo "bench-gpu: BENCH_DEPS=$BENCH_DEPS holds no .deb files (scripts/device-deps.sh makes them)" >&2
+        exit 1
+    fi
+    for d in "${debs[@]}"; do
         dpkg-deb -x "$d" "$root" || { echo "bench-gpu: cannot unpack $d" >&2; exit 1; }
     done
     lib=$root/usr/lib/x86_64-linux-gnu

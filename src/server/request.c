@@ -170,15 +170,12 @@ int rq_model(struct srv_job *j, json_t *o, bool required, struct srv_err *e)
         return -1;
     if (!cwen_model_name_ok(en, m)) {
         /* the file's name is accepted too; named only where it differs */
-        if (strcmp(in->model_name, in->file_name) == 0)
-            return srv_errf(e, 400, "model",
-                            "model '%s' is not served here; this server serves \"%s\"; "
-                            "an empty name means the served model",
-                            m, in->model_name);
+        const bool also = strcmp(in->model_name, in->file_name) != 0;
         return srv_errf(e, 400, "model",
-                        "model '%s' is not served here; this server serves \"%s\" (also \"%s\"); "
+                        "model '%s' is not served here; this server serves \"%s\"%s%s%s; "
                         "an empty name means the served model",
-                        m, in->model_name, in->file_name);
+                        m, in->model_name, also ? " (also \"" : "", also ? in->file_name : "",
+                        also ? "\")" : "");
     }
     j->model = strdup(m && *m ? m : in->model_name);
     return 0;
