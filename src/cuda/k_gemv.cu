@@ -412,7 +412,13 @@ struct xq_norm {
  * writes its own items' part of y and quantises them from there: the norm
  * that the launch finishing h would otherwise run on its serial tail (one
  * block, after all the others) runs here beside the quantisation, and
- * nothing reads y back before the quantisation. */
+ * nothing reads y back before the quantisation. The norm's weights come
+ * into shared memory before the wait, and the product after it starts
+ * only once h is in: a timeline of the 27B's decode (globaltimer stamps,
+ * H200) had this kernel at 6.2 µs from its wait to its end, its weights'
+ * DRAM reads queued behind the product's first chunks; with both changes
+ * 27B tg64 143.5 -> 146.8 tok/s, the 35B's unchanged (480.4 / 480.5), the
+ * same bits. */
 #define XQN_THREADS 256 /* each block reduces the whole row: more threads, shorter chains */
 template <class T, int B>
 static __global__ void __launch_bounds__(B) xqn_kernel(const xq_norm nm, int nb, uint8_t *xq)
@@ -420,12 +426,15 @@ static __global__ void __launch_bounds__(B) xqn_kernel(const xq_norm nm, int nb,
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ double sh[NORM_VTHREADS / 32];
     float *hs = (float *)smem;
+    const int n = nb * T::QK;
+    float *ws = hs + (n + 3) / 4 * 4;
+    cw_norm_w_stage<B>(nm.w, n, ws); /* the norm's weights: before the wait */
     cw_pdl_wait();
-    cw_pdl_launch_dependents();
     constexpr int nw = B / 32;
     const int64_t t = blockIdx.y;
-    const int n = nb * T::QK;
-    cw_rmsnorm_row_to_sm<B>(nm.h + t * nm.ldh, nm.w, n, nm.eps, sh, hs);
+    /* the dependents (the product, whose first weights then flood DRAM)
+     * are let go once h is in shared memory */
+    cw_rmsnorm_row_to_sm<B, true>(nm.h + t * nm.ldh, ws, n, nm.eps, sh, hs, true, true);
     /* the items xq_rows gives this block's warps: i ≡ warp (mod nw·grid) */
     float *y = nm.y + t * nm.ldy;
     for (int i0 = (int)blockIdx.x * nw; i0 < nb; i0 += nw * (int)gridDim.x)
@@ -1939,10 +1948,11 @@ static size_t xq_scratch(enum cw_qtype type, int64_t n_in, int64_t n_tok)
     return (size_t)n_tok * q.per_tok;
 }
 
-/* Whether xqn_kernel takes rows of nb blocks: the row in shared memory. */
+/* Whether xqn_kernel takes rows of n_in: the row and the norm's weights in
+ * shared memory. */
 static bool xqn_fits(int64_t n_in)
 {
-    return (size_t)n_in * sizeof(float) <= XS_MAX;
+    return 2 * (size_t)n_in * sizeof(float) <= XS_MAX;
 }
 
 /* Launches xq_kernel: n_tok tokens of x (row stride ldx) into xq; or, with
@@ -1958,7 +1968,7 @@ static cudaError_t xq_launch(cudaStream_t s, bool pdl, const float *x, int64_t l
     if (nm) {
         constexpr int B = XQN_THREADS;
         constexpr int64_t pern = B / 32; /* each block normalises the whole row */
-        const size_t smem = (size_t)nb * T::QK * sizeof(float);
+        const size_t smem = 2 * (((size_t)nb * T::QK + 3) / 4 * 4) * sizeof(float); /* h, w */
         cudaError_t e;
         if (smem > (48 << 10) &&
             (e = cudaFuncSetAttribute((const void *)xqn_kernel<T, B>,

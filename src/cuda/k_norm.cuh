@@ -98,9 +98,10 @@ static __device__ void cw_rmsnorm_row(const float *h, const float *w, float *y, 
  * call it; hs is complete on return. The loop form takes a round trip per
  * batch of 2048 values, then one per 1024 to scale: on the serial tail of
  * a decode kernel, or at the head of one, that is what counts. */
-template <int B>
+template <int B, bool WS = false>
 static __device__ float cw_norm_stage(const float *h, const float *w, int n, float eps,
-                                      double *sh, float *hs, bool may_async = true)
+                                      double *sh, float *hs, bool may_async = true,
+                                      bool trigger = false)
 {
     constexpr int NQ = NORM_VTHREADS / B;
     const int tid = threadIdx.x;
@@ -119,12 +120,15 @@ static __device__ float cw_norm_stage(const float *h, const float *w, int n, flo
     if (!async)
         for (int i = tid; i < n; i += B)
             hs[i] = __ldcg(h + i);
-    for (int i = 32 * tid; i < n; i += 32 * B)
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(w + i));
+    if (!WS)
+        for (int i = 32 * tid; i < n; i += 32 * B)
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(w + i));
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    if (async)
-        asm volatile("cp.async.wait_group 0;" ::: "memory");
+    if (async || WS) /* WS: cw_norm_w_stage's copies too */
+        asm volatile("cp.async.wait_all;" ::: "memory");
 #endif
+    if (trigger) /* the caller's dependents, once the row is in */
+        cw_pdl_launch_dependents();
     __syncthreads();
     double acc[NQ];
 #pragma unroll
@@ -151,15 +155,37 @@ static __device__ void cw_rmsnorm_row_sm(const float *h, const float *w, float *
 
 /* The normalised row RMSNorm(h)·w left in shared memory hs (n floats), for a
  * kernel that reads x as the norm of h (cw_k_norm_in): the same bits. */
-template <int B>
+template <int B, bool WS = false>
 static __device__ void cw_rmsnorm_row_to_sm(const float *h, const float *w, int n, float eps,
-                                            double *sh, float *hs, bool may_async = true)
+                                            double *sh, float *hs, bool may_async = true,
+                                            bool trigger = false)
 {
-    const float scale = cw_norm_stage<B>(h, w, n, eps, sh, hs, may_async);
+    const float scale = cw_norm_stage<B, WS>(h, w, n, eps, sh, hs, may_async, trigger);
 #pragma unroll 4
     for (int i = threadIdx.x; i < n; i += B)
-        hs[i] = __fmul_rn(__fmul_rn(hs[i], scale), __ldg(w + i));
+        hs[i] = __fmul_rn(__fmul_rn(hs[i], scale), WS ? w[i] : __ldg(w + i));
     __syncthreads(); /* every value of hs is final */
+}
+
+/* The norm's weights w (n floats, never written on the device) into
+ * shared memory ws, for cw_rmsnorm_row_to_sm<B, true>: asked for before a
+ * kernel's PDL wait, so that the norm after it reads no DRAM (where the
+ * next product's first weights queue by then). By cp.async where it can:
+ * cw_norm_stage's wait then covers them; else loads, complete on return.
+ * The caller's barrier (cw_norm_stage's) comes before any read. */
+template <int B>
+static __device__ void cw_norm_w_stage(const float *w, int n, float *ws)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if (n % 4 == 0 && ((uintptr_t)w & 15) == 0 && ((uintptr_t)ws & 15) == 0) {
+        for (int i = 4 * (int)threadIdx.x; i < n; i += 4 * B)
+            cw_cp16(ws + i, w + i);
+        cw_cp_commit();
+        return;
+    }
+#endif
+    for (int i = threadIdx.x; i < n; i += B)
+        ws[i] = __ldg(w + i);
 }
 
 /* What a decode kernel that finishes h normalises when its last block is
