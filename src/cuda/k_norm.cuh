@@ -94,10 +94,12 @@ static __device__ void cw_rmsnorm_row(const float *h, const float *w, float *y, 
  * scale from there: the virtual-thread sums of cw_rmsnorm_row in the same
  * order, so the same bits. By cp.async through L2, the whole row in one
  * round trip, where it can (sm_80 on, h 16-byte aligned, n a multiple of
- * 4), else by loads through L2; w is asked into L1 meanwhile. All B threads
- * call it; hs is complete on return. The loop form takes a round trip per
- * batch of 2048 values, then one per 1024 to scale: on the serial tail of
- * a decode kernel, or at the head of one, that is what counts. */
+ * 4), else by loads through L2; w is asked into L1 meanwhile, or (WS) is
+ * already on its way into shared memory (cw_norm_w_stage), waited for here.
+ * trigger: the caller's PDL dependents are let go once the row is in. All
+ * B threads call it; hs is complete on return. The loop form takes a round
+ * trip per batch of 2048 values, then one per 1024 to scale: on the serial
+ * tail of a decode kernel, or at the head of one, that is what counts. */
 template <int B, bool WS = false>
 static __device__ float cw_norm_stage(const float *h, const float *w, int n, float eps,
                                       double *sh, float *hs, bool may_async = true,
