@@ -300,12 +300,25 @@ static __device__ __forceinline__ int xq_rot(int pos, int b)
     return (((g & 8) | ((g + b) & 7)) << 4) | (pos & 15);
 }
 
-/* SM: x in shared memory (else global, read through L1) */
-template <class T, bool SM = false>
+/* Whether two decoder types are one (no <type_traits> in device code). */
+template <class A, class B>
+struct kq_same {
+    enum { V = 0 };
+};
+template <class A>
+struct kq_same<A, A> {
+    enum { V = 1 };
+};
+
+/* SM: x in shared memory (else global, read through L1). T2 other than T:
+ * the same values also into xq2 in T2's layout (xq_launch's second copy). */
+template <class T, bool SM = false, class T2 = T>
 static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int nt, int nb,
-                                               uint8_t *xq, int warp, int nw)
+                                               uint8_t *xq, int warp, int nw,
+                                               uint8_t *xq2 = NULL)
 {
     typedef kq_q8k<T> I;
+    constexpr bool two = !kq_same<T, T2>::V;
     const int lane = threadIdx.x & 31;
     const int tb = kq_xq_bytes(nb), n = nt * nb;
     for (int i0 = warp; i0 < n; i0 += XQB * nw) {
@@ -359,13 +372,17 @@ static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int 
             d = __fdiv_rn(1.0f, is);
         }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1); /* bsum of 16: lanes 2g, 2g+1 */
-        uint8_t *q = xq + t * tb;
-        const int pos = xq_rot(I::xq_pos(8 * lane), b);
-        *(uint2 *)(q + 256 * b + pos) = make_uint2(w[0], w[1]);
-        if (!(lane & 1))
-            ((int16_t *)(q + 256 * nb))[16 * b + (lane >> 1)] = (int16_t)sum;
-        if (lane == 0)
-            ((float *)(q + 288 * nb))[b] = d;
+#pragma unroll
+        for (int o = 0; o < (two ? 2 : 1); o++) {
+            uint8_t *q = (o ? xq2 : xq) + t * tb;
+            const int pos =
+                xq_rot(o ? kq_q8k<T2>::xq_pos(8 * lane) : I::xq_pos(8 * lane), b);
+            *(uint2 *)(q + 256 * b + pos) = make_uint2(w[0], w[1]);
+            if (!(lane & 1))
+                ((int16_t *)(q + 256 * nb))[16 * b + (lane >> 1)] = (int16_t)sum;
+            if (lane == 0)
+                ((float *)(q + 288 * nb))[b] = d;
+        }
         }
     }
 }
@@ -384,15 +401,15 @@ static __device__ __forceinline__ void xq_stage(const float *x, int64_t ldx, int
  * shared memory (xq_load) instead of quantising x itself: for a 17408-wide
  * x that is 20 KB read per block instead of 68 KB read and quantised. */
 #define XQ_THREADS 128
-template <class T>
+template <class T, class T2 = T>
 static __global__ void __launch_bounds__(XQ_THREADS)
-    xq_kernel(const float *x, int64_t ldx, int nt, int nb, uint8_t *xq)
+    xq_kernel(const float *x, int64_t ldx, int nt, int nb, uint8_t *xq, uint8_t *xq2)
 {
     cw_pdl_wait();
     cw_pdl_launch_dependents();
     constexpr int nw = XQ_THREADS / 32;
-    xq_rows<T, false>(x, ldx, nt, nb, xq, (int)blockIdx.x * nw + (threadIdx.x >> 5),
-                      (int)gridDim.x * nw);
+    xq_rows<T, false, T2>(x, ldx, nt, nb, xq, (int)blockIdx.x * nw + (threadIdx.x >> 5),
+                          (int)gridDim.x * nw, xq2);
 }
 
 /* x given as the norm of the residual stream (cw_k_norm_in): xq_kernel's
@@ -420,8 +437,9 @@ struct xq_norm {
  * 27B tg64 143.5 -> 146.8 tok/s, the 35B's unchanged (480.4 / 480.5), the
  * same bits. */
 #define XQN_THREADS 256 /* each block reduces the whole row: more threads, shorter chains */
-template <class T, int B>
-static __global__ void __launch_bounds__(B) xqn_kernel(const xq_norm nm, int nb, uint8_t *xq)
+template <class T, int B, class T2 = T>
+static __global__ void __launch_bounds__(B)
+    xqn_kernel(const xq_norm nm, int nb, uint8_t *xq, uint8_t *xq2)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ double sh[NORM_VTHREADS / 32];
@@ -440,8 +458,9 @@ static __global__ void __launch_bounds__(B) xqn_kernel(const xq_norm nm, int nb,
     for (int i0 = (int)blockIdx.x * nw; i0 < nb; i0 += nw * (int)gridDim.x)
         for (int i = i0 * T::QK + (int)threadIdx.x; i < min(i0 + nw, nb) * T::QK; i += B)
             y[i] = hs[i];
-    xq_rows<T, true>(hs, 0, 1, nb, xq + t * kq_xq_bytes(nb),
-                     (int)blockIdx.x * nw + (threadIdx.x >> 5), (int)gridDim.x * nw);
+    xq_rows<T, true, T2>(hs, 0, 1, nb, xq + t * kq_xq_bytes(nb),
+                         (int)blockIdx.x * nw + (threadIdx.x >> 5), (int)gridDim.x * nw,
+                         xq2 ? xq2 + t * kq_xq_bytes(nb) : NULL);
 }
 
 /* bytes (a multiple of 16) of xq_kernel's output into shared memory, through
@@ -1940,12 +1959,13 @@ struct xq_query {
 } // namespace
 
 /* Scratch bytes for xq_once's copies of n_tok tokens (0 where no Q8_K
- * product of this type and width would quantise once). */
+ * product of this type and width would quantise once): twice, for a
+ * multi launch's second Q8_K layout (multi_run). */
 static size_t xq_scratch(enum cw_qtype type, int64_t n_in, int64_t n_tok)
 {
     xq_query q = {n_in, 0};
     cw_k_dispatch(type, q);
-    return (size_t)n_tok * q.per_tok;
+    return 2 * (size_t)n_tok * q.per_tok;
 }
 
 /* Whether xqn_kernel takes rows of n_in: the row and the norm's weights in
@@ -1960,10 +1980,11 @@ static bool xqn_fits(int64_t n_in)
  * caller checked xqn_fits). One item (token, 256-block) per warp: a grid
  * of that many warps quantises in one step what XQB items a warp would
  * take in turn (H200, 27B decode, the same bits: 129.6 -> 135.3 tok/s; its
- * 5120-wide xqn had one block, its 17408-wide xq_kernel five). */
-template <class T>
+ * 5120-wide xqn had one block, its 17408-wide xq_kernel five). T2 other
+ * than T: the copies also into xq2 in T2's layout. */
+template <class T, class T2 = T>
 static cudaError_t xq_launch(cudaStream_t s, bool pdl, const float *x, int64_t ldx, int64_t n_tok,
-                             int nb, uint8_t *xq, const xq_norm *nm)
+                             int nb, uint8_t *xq, const xq_norm *nm, uint8_t *xq2 = NULL)
 {
     if (nm) {
         constexpr int B = XQN_THREADS;
@@ -1971,18 +1992,35 @@ static cudaError_t xq_launch(cudaStream_t s, bool pdl, const float *x, int64_t l
         const size_t smem = 2 * (((size_t)nb * T::QK + 3) / 4 * 4) * sizeof(float); /* h, w */
         cudaError_t e;
         if (smem > (48 << 10) &&
-            (e = cudaFuncSetAttribute((const void *)xqn_kernel<T, B>,
+            (e = cudaFuncSetAttribute((const void *)xqn_kernel<T, B, T2>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) !=
                 cudaSuccess)
             return e;
-        return cw_launch(s, pdl, xqn_kernel<T, B>,
+        return cw_launch(s, pdl, xqn_kernel<T, B, T2>,
                          dim3((unsigned)((nb + pern - 1) / pern), (unsigned)n_tok), dim3(B),
-                         smem, *nm, nb, xq);
+                         smem, *nm, nb, xq, xq2);
     }
     constexpr int64_t per = XQ_THREADS / 32;
     const int64_t items = n_tok * nb;
-    return cw_launch(s, pdl, xq_kernel<T>, dim3((unsigned)((items + per - 1) / per)),
-                     dim3(XQ_THREADS), 0, x, ldx, (int)n_tok, nb, xq);
+    return cw_launch(s, pdl, xq_kernel<T, T2>, dim3((unsigned)((items + per - 1) / per)),
+                     dim3(XQ_THREADS), 0, x, ldx, (int)n_tok, nb, xq, xq2);
+}
+
+/* xq_launch with the second layout of t2 (a Q8_K type) into xq2, or none
+ * where xq2 is NULL. */
+template <class T>
+static cudaError_t xq_launch2(cudaStream_t s, bool pdl, const float *x, int64_t ldx,
+                              int64_t n_tok, int nb, uint8_t *xq, const xq_norm *nm,
+                              enum cw_qtype t2, uint8_t *xq2)
+{
+    if (!xq2)
+        return xq_launch<T>(s, pdl, x, ldx, n_tok, nb, xq, nm);
+    switch (t2) {
+    case CW_TYPE_Q4_K: return xq_launch<T, kt_q4_k>(s, pdl, x, ldx, n_tok, nb, xq, nm, xq2);
+    case CW_TYPE_Q5_K: return xq_launch<T, kt_q5_k>(s, pdl, x, ldx, n_tok, nb, xq, nm, xq2);
+    case CW_TYPE_Q6_K: return xq_launch<T, kt_q6_k>(s, pdl, x, ldx, n_tok, nb, xq, nm, xq2);
+    default: return cudaErrorInvalidValue; /* multi_run pairs these alone */
+    }
 }
 
 /* Launches k with `smem` dynamic shared bytes (raising the kernel's limit
@@ -2042,6 +2080,9 @@ struct gemv_launch {
     bool q8k; /* x quantised to Q8_K (cw_k_q8k of every matrix of the launch) */
     bool bulk; /* the bulk copy engine (sm_90 on): gemv_stream_kernel */
     uint8_t *xq_scr; /* scratch for xq_once, or NULL */
+    uint8_t *xq2;     /* the xq_once launch's copies in t2's layout too (multi_run), or NULL */
+    enum cw_qtype t2;
+    const uint8_t *xq_ready; /* this launch's x quantised by the one before (xq2), or NULL */
     const xq_norm *nm; /* x as the norm of h, for the xq_once launch (norm_fuses), or NULL */
     const xq_norm *fn; /* nm, normalised in every block of the flat launch instead, or NULL */
     cudaError_t e;
@@ -2153,16 +2194,19 @@ struct gemv_launch {
                     flat_plan<T>(a.n_out, a.nb, 1, 1, ql + norm_row_bytes<T>(), n_sm, smem_optin,
                                  smem_sm, a.fr)))
             fn = NULL;
-        const bool once = !fn && xq_scr && (nm ? xq_once(a.nb) : xq_once_plain(a.nb));
+        const bool once =
+            !fn && (xq_ready || (xq_scr && (nm ? xq_once(a.nb) : xq_once_plain(a.nb))));
         if (nm && !once && !fn) { /* norm_fuses said yes: not reached */
             e = cudaErrorInvalidValue;
             return true;
         }
-        e = once ? xq_launch<T>(s, pdl, x0, a.ldx, n_tok, a.nb, xq_scr, nm) : cudaSuccess;
+        e = once && !xq_ready
+                ? xq_launch2<T>(s, pdl, x0, a.ldx, n_tok, a.nb, xq_scr, nm, t2, xq2)
+                : cudaSuccess;
         for (int64_t t0 = 0; t0 < n_tok && e == cudaSuccess; t0 += ntg) {
             a.nt = (int)(n_tok - t0 < ntg ? n_tok - t0 : ntg);
             a.x = x0 + t0 * a.ldx;
-            a.xqg = once ? xq_scr + t0 * ql : NULL;
+            a.xqg = once ? (xq_ready ? xq_ready : xq_scr) + t0 * ql : NULL;
             for (int i = 0; i < a.nseg; i++)
                 a.seg[i].y = y0[i] + t0 * a.seg[i].ldy;
             if (a.epi.w)
@@ -2401,12 +2445,22 @@ static cw_norm_epi epi_of(const struct cw_k_norm_next *nrm, int64_t n)
     return e;
 }
 
+/* One Q8_K quantisation of x for two launches of a multi (multi_run):
+ * the first also writes its copies in t2's layout to xq2, the second reads
+ * them there (ready) instead of quantising x again. */
+struct xq_share {
+    uint8_t *xq2;
+    enum cw_qtype t2;
+    const uint8_t *ready;
+};
+
 /* The GEMV launches (n_tok <= CW_K_GEMV_MAX_TOK) of n checked matrices of
- * one type and width that share x; d_scratch (or NULL) as cw_k_matmul's. */
+ * one type and width that share x; d_scratch (or NULL) as cw_k_matmul's;
+ * sh: as xq_share, or NULL. */
 static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const float *d_x,
                 int64_t ldx, int64_t n_tok, float *const *d_y, const int64_t *ldy, bool add,
                 const float *d_scale_logit, const struct cw_k_norm_next *nrm, const xq_norm *nm,
-                void *d_scratch, struct cw_err *err)
+                void *d_scratch, const xq_share *sh, struct cw_err *err)
 {
     gemv_launch f;
     f.s = c->stream;
@@ -2435,6 +2489,9 @@ static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const
     f.q8k = cw_k_q8k(c, W[0]->type, W[0]->n_in, W[0]->n_out);
     f.a.xqg = NULL;
     f.xq_scr = (uint8_t *)d_scratch;
+    f.xq2 = sh ? sh->xq2 : NULL;
+    f.t2 = sh ? sh->t2 : W[0]->type;
+    f.xq_ready = sh ? sh->ready : NULL;
     f.nm = nm;
     f.fn = NULL;
     f.e = cudaSuccess;
@@ -2468,7 +2525,7 @@ extern "C" int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const fl
     if (n_tok > CW_K_GEMV_MAX_TOK)
         return cw_k_gemm(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, add, d_scale_logit, d_scratch, err);
     return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, add, d_scale_logit, NULL, NULL, d_scratch,
-                err);
+                NULL, err);
 }
 
 extern "C" int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W,
@@ -2492,7 +2549,7 @@ extern "C" int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W,
     float *ys[1] = {d_y};
     const int64_t ldys[1] = {ldy};
     return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, true, d_scale_logit, nrm, NULL, d_scratch,
-                err);
+                NULL, err);
 }
 
 /* x as the norm of h (cw_k_norm_in) for n_tok rows of n_in into x. */
@@ -2508,6 +2565,16 @@ static int check_norm_in(const struct cw_k_norm_in *nin, int64_t n_in, const flo
 static xq_norm xq_norm_of(const struct cw_k_norm_in *nin, int64_t n_in, float *d_x, int64_t ldx)
 {
     return xq_norm{nin->d_h, nin->d_w, n_in, nin->eps, d_x, ldx};
+}
+
+/* Whether a matrix of a multi launch quantises x once in a layout of its
+ * own that another's launch can write for it (multi_run): the Q8_K types
+ * whose x is wide enough to quantise once (xq_once_plain). */
+static bool xq_shares(const struct cw_cuda *c, const struct cw_k_mat *M)
+{
+    return (M->type == CW_TYPE_Q4_K || M->type == CW_TYPE_Q5_K || M->type == CW_TYPE_Q6_K) &&
+           M->n_in % 256 == 0 && cw_k_q8k(c, M->type, M->n_in, M->n_out) &&
+           xq_once_plain((int)(M->n_in / 256));
 }
 
 /* cw_k_matmul_multi, and with nin its _norm form (x then written, not read first). */
@@ -2562,6 +2629,25 @@ static int multi_run(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
             return -1;
         nm = xq_norm_of(nin, n_in, (float *)d_x, ldx);
     }
+    /* Two Q8_K types that each quantise x once (the 27B's mixers: a Q6_K
+     * qkv beside its q4_K gate, beta, alpha; q4_K q, k beside a Q6_K v):
+     * the first one's quantising launch writes both layouts and the other
+     * reads its own (the same values, so the same bits): one launch, not
+     * two (H200, 27B tg64 146.3 -> 146.8-147.2 tok/s). gq: the group
+     * launched first of those (gn where there is one), g2: the other. */
+    int gq = gn, g2 = -1;
+    for (int g = 0; g < ng && gq < 0 && !gemm && d_scratch; g++)
+        if (xq_shares(c, W[first[g]]))
+            gq = g;
+    if (gq >= 0 && !gemm && d_scratch && xq_shares(c, W[first[gq]]))
+        for (int g = 0; g < ng && g2 < 0; g++)
+            if (g != gq && xq_shares(c, W[first[g]]) && W[first[g]]->type != W[first[gq]]->type &&
+                W[first[g]]->n_in == W[first[gq]]->n_in)
+                g2 = g;
+    const size_t qb = g2 >= 0 ? (size_t)n_tok * kq_xq_bytes((int)(W[first[gq]]->n_in / 256)) : 0;
+    const xq_share sh_q = {(uint8_t *)d_scratch + qb, g2 >= 0 ? W[first[g2]]->type : W[0]->type,
+                           NULL};
+    const xq_share sh_2 = {NULL, W[0]->type, (const uint8_t *)d_scratch + qb};
     for (int k = -1; k < ng; k++) {
         const int g = k < 0 ? gn : k;
         if (g < 0 || (k >= 0 && g == gn))
@@ -2575,7 +2661,8 @@ static int multi_run(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
                 gw[m] = W[j], gy[m] = d_y[j], gl[m] = ldy[j], m++;
         if (gemm ? cw_k_gemm(c, m, gw, d_x, ldx, n_tok, gy, gl, false, NULL, d_scratch, err)
                  : gemv(c, m, gw, d_x, ldx, n_tok, gy, gl, false, NULL, NULL,
-                        g == gn ? &nm : NULL, d_scratch, err))
+                        g == gn ? &nm : NULL, d_scratch,
+                        g2 < 0 ? NULL : g == gq ? &sh_q : g == g2 ? &sh_2 : NULL, err))
             return -1;
     }
     return 0;

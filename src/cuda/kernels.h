@@ -82,8 +82,9 @@ int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W, const floa
 /* n (1..CW_K_MULTI_MAX) products of one x: y_i[t][r] = Σ_j W_i[r][j]·x[t][j],
  * y_i [n_tok][ldy[i]]. In the GEMV regime (decode, drafts) the matrices of
  * one type and width that take the same x (cw_k_q8k) share a launch (up to
- * 4 per launch); above it, x is converted for the tensor cores once per
- * width and each matrix multiplied in turn. Each result has the bits
+ * 4 per launch), and where two Q8_K types each quantise x once, one launch
+ * quantises it for both; above it, x is converted for the tensor cores once
+ * per width and each matrix multiplied in turn. Each result has the bits
  * cw_k_matmul would give it. */
 #define CW_K_MULTI_MAX 8
 int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,

@@ -376,6 +376,45 @@ static void check_add_norm(enum cw_qtype type, int64_t n_in, int64_t n_out)
     free(x), free(h0), free(nw), free(a), free(b), free(ya), free(yb);
 }
 
+/* The inputs of a norm of h for nt tokens of n_in: h (filled) and the
+ * norm's weights on the host and the device, the device's x buffers (the
+ * launchers' and the reference's), host room a, b for comparisons. */
+struct norm_io {
+    float *h, *nw, *a, *b;
+    float *dh, *dnw, *dx, *dxr;
+};
+
+static struct norm_io norm_io_make(int64_t n_in, int nt)
+{
+    struct norm_io o;
+    const size_t row = sizeof(float) * (size_t)n_in;
+    o.h = malloc(row * nt), o.nw = malloc(row), o.a = malloc(row * nt), o.b = malloc(row * nt);
+    fill_x(o.h, n_in * nt);
+    for (int64_t i = 0; i < n_in; i++)
+        o.nw[i] = 1.0f + 0.1f * gauss();
+    o.dh = dalloc(row * nt), o.dnw = dalloc(row);
+    o.dx = dalloc(row * nt), o.dxr = dalloc(row * nt);
+    up(o.dh, o.h, row * nt);
+    up(o.dnw, o.nw, row);
+    return o;
+}
+
+static void norm_io_free(struct norm_io *o)
+{
+    cw_cuda_free(C, o->dh), cw_cuda_free(C, o->dnw), cw_cuda_free(C, o->dx);
+    cw_cuda_free(C, o->dxr);
+    free(o->h), free(o->nw), free(o->a), free(o->b);
+}
+
+/* Whether n bytes of device memory at da and db are equal, through the
+ * host buffers a and b. */
+static int dev_same(const void *da, const void *db, size_t n, void *a, void *b)
+{
+    down(a, da, n);
+    down(b, db, n);
+    return !memcmp(a, b, n);
+}
+
 /* x given as the norm of h (cw_k_norm_in): cw_k_matmul_multi_norm and
  * cw_k_moe_gate_up_norm (K = 1) give every output, and the x they write,
  * bit-equal to cw_k_add_rmsnorm then the plain launcher, and leave h as it
@@ -415,18 +454,11 @@ static void check_norm_in(enum cw_qtype tq, int64_t n_in)
         if (cw_k_matmul_scratch(&W[i], NT) > ns)
             ns = cw_k_matmul_scratch(&W[i], NT);
     void *scr = dalloc(ns);
-    float *h = malloc(sizeof(float) * n_in * NT), *nw = malloc(sizeof(float) * n_in);
-    float *a = malloc(sizeof(float) * n_in * NT), *b = malloc(sizeof(float) * n_in * NT);
-    fill_x(h, n_in * NT);
-    for (int64_t i = 0; i < n_in; i++)
-        nw[i] = 1.0f + 0.1f * gauss();
-    float *dh = dalloc(sizeof(float) * n_in * NT), *dnw = dalloc(sizeof(float) * n_in);
-    float *dx = dalloc(sizeof(float) * n_in * NT), *dxr = dalloc(sizeof(float) * n_in * NT);
+    struct norm_io io = norm_io_make(n_in, NT);
+    float *h = io.h, *a = io.a, *b = io.b, *dh = io.dh, *dnw = io.dnw, *dx = io.dx, *dxr = io.dxr;
     int32_t zero[NT] = {0};
     int32_t *dz = dalloc(sizeof zero);
     up(dz, zero, sizeof zero);
-    up(dh, h, sizeof(float) * n_in * NT);
-    up(dnw, nw, sizeof(float) * n_in);
     const struct cw_k_norm_in nin = {dh, dnw, 1e-6f};
     static const int nts[] = {1, 3, 9, NT, 1};
     int same = 1, hsame = 1;
@@ -436,14 +468,9 @@ static void check_norm_in(enum cw_qtype tq, int64_t n_in)
         CK(cw_k_add_rmsnorm(C, dh, NULL, dnw, dxr, n_in, n_in, nt, 1e-6f, &E));
         CK(cw_k_matmul_multi(C, N, Wp, dxr, n_in, nt, dr, ldy, sc, &E));
         CK(cw_k_matmul_multi_norm(C, N, Wp, &nin, dx, n_in, nt, dy, ldy, sc, &E));
-        down(a, dx, sizeof(float) * n_in * nt);
-        down(b, dxr, sizeof(float) * n_in * nt);
-        same &= !memcmp(a, b, sizeof(float) * n_in * nt);
-        for (int i = 0; i < N; i++) {
-            down(a, dy[i], sizeof(float) * rows[i] * nt);
-            down(b, dr[i], sizeof(float) * rows[i] * nt);
-            same &= !memcmp(a, b, sizeof(float) * rows[i] * nt);
-        }
+        same &= dev_same(dx, dxr, sizeof(float) * n_in * nt, a, b);
+        for (int i = 0; i < N; i++)
+            same &= dev_same(dy[i], dr[i], sizeof(float) * rows[i] * nt, a, b);
         /* the K = 1 gate/up: act [nt][48] */
         CK(cw_k_moe_gate_up(C, &W[1], &U, dxr, dz, 1, nt, dr[1], sc, &E));
         CK(cw_cuda_memset(C, dx, 0, sizeof(float) * n_in * nt, &E));
@@ -473,9 +500,76 @@ static void check_norm_in(enum cw_qtype tq, int64_t n_in)
         hmat_free(&m[i]);
     }
     hmat_free(&u);
-    cw_cuda_free(C, du), cw_cuda_free(C, scr), cw_cuda_free(C, dh), cw_cuda_free(C, dnw);
-    cw_cuda_free(C, dx), cw_cuda_free(C, dxr), cw_cuda_free(C, dz);
-    free(h), free(nw), free(a), free(b);
+    cw_cuda_free(C, du), cw_cuda_free(C, scr), cw_cuda_free(C, dz);
+    norm_io_free(&io);
+}
+
+/* Tokens through matrices of two types, one Q6_K group and one Q4_K
+ * group, x wide enough to quantise once: one launch quantises x into both
+ * layouts (k_gemv.cu multi_run), in both orders of the groups (the 27B's
+ * DeltaNet mixer: Q6_K qkv before its q4_K gate, beta, alpha; its
+ * attention: q4_K q, k before a Q6_K v), with x given and as the norm of
+ * h, at 1 and 5 tokens. Every output, and the x written, bit-equal to
+ * add_rmsnorm and each matrix's own matmul. */
+static void check_two_layouts(int64_t n_in)
+{
+    enum { N = 4, MT = 5 };
+    static const enum cw_qtype ty[2][N] = {
+        {CW_TYPE_Q6_K, CW_TYPE_Q4_K, CW_TYPE_Q4_K, CW_TYPE_Q4_K},
+        {CW_TYPE_Q4_K, CW_TYPE_Q4_K, CW_TYPE_Q6_K, CW_TYPE_Q4_K}};
+    static const int64_t rows[N] = {1000, 700, 48, 37};
+    struct norm_io io = norm_io_make(n_in, MT);
+    float *a = io.a, *b = io.b, *dh = io.dh, *dnw = io.dnw, *dx = io.dx, *dxr = io.dxr;
+    const struct cw_k_norm_in nin = {dh, dnw, 1e-6f};
+    int same = 1;
+    for (int o = 0; o < 2; o++) {
+        struct hmat m[N];
+        struct cw_k_mat W[N];
+        const struct cw_k_mat *Wp[N];
+        float *dy[N], *dr[N];
+        int64_t ldy[N];
+        size_t ns = 0;
+        for (int i = 0; i < N; i++) {
+            hmat_make(&m[i], ty[o][i], n_in, rows[i]);
+            void *d = dalloc(m[i].rb * rows[i]);
+            up(d, m[i].q, m[i].rb * rows[i]);
+            W[i] = (struct cw_k_mat){ty[o][i], d, m[i].rb, 0, n_in, rows[i]};
+            Wp[i] = &W[i];
+            ldy[i] = rows[i];
+            dy[i] = dalloc(sizeof(float) * rows[i] * MT);
+            dr[i] = dalloc(sizeof(float) * rows[i] * MT);
+            if (cw_k_matmul_scratch(&W[i], MT) > ns)
+                ns = cw_k_matmul_scratch(&W[i], MT);
+        }
+        void *scr = dalloc(ns);
+        for (int nt = 1; nt <= MT; nt += MT - 1) {
+            CK(cw_k_add_rmsnorm(C, dh, NULL, dnw, dxr, n_in, n_in, nt, 1e-6f, &E));
+            for (int i = 0; i < N; i++)
+                CK(cw_k_matmul(C, &W[i], dxr, n_in, nt, dr[i], ldy[i], false, NULL, scr, &E));
+            for (int v = 0; v < 2; v++) { /* x given, then as the norm of h */
+                CK(cw_cuda_memset(C, dx, 0, sizeof(float) * n_in * nt, &E));
+                for (int i = 0; i < N; i++)
+                    CK(cw_cuda_memset(C, dy[i], 0xFF, sizeof(float) * rows[i] * nt, &E));
+                if (v == 0) {
+                    CK(cw_k_matmul_multi(C, N, Wp, dxr, n_in, nt, dy, ldy, scr, &E));
+                } else {
+                    CK(cw_k_matmul_multi_norm(C, N, Wp, &nin, dx, n_in, nt, dy, ldy, scr, &E));
+                    same &= dev_same(dx, dxr, sizeof(float) * n_in * nt, a, b);
+                }
+                for (int i = 0; i < N; i++)
+                    same &= dev_same(dy[i], dr[i], sizeof(float) * rows[i] * nt, a, b);
+            }
+        }
+        for (int i = 0; i < N; i++) {
+            cw_cuda_free(C, (void *)W[i].d_w), cw_cuda_free(C, dy[i]), cw_cuda_free(C, dr[i]);
+            hmat_free(&m[i]);
+        }
+        cw_cuda_free(C, scr);
+    }
+    ok(same, "a q6_K group and a q4_K group x %lld, both orders, 1 and 5 tokens, x given and as "
+       "the norm of h: every output and x bit-equal to add_rmsnorm + each matmul",
+       (long long)n_in);
+    norm_io_free(&io);
 }
 
 /* The Q8_K quantiser's corner cases, bit-equal to the CPU's: an all-zero
@@ -1363,6 +1457,8 @@ int main(void)
     check_norm_in(CW_TYPE_Q4_K, 2048); /* the 35B's mixer input */
     check_norm_in(CW_TYPE_Q6_K, 5120); /* the 27B's */
     check_norm_in(CW_TYPE_Q4_K, 1536); /* x too narrow to quantise once: a norm launch */
+    check_two_layouts(5120);  /* the 27B's mixers */
+    check_two_layouts(17408); /* x as wide as its ffn_down's */
     for (int i = 0; i < N_TYPES; i++)
         test_type(TYPES[i]);
     check_moe(CW_TYPE_Q4_K, CW_TYPE_Q6_K, 1, 512, 8);
