@@ -2633,8 +2633,9 @@ static int multi_run(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
      * qkv beside its q4_K gate, beta, alpha; q4_K q, k beside a Q6_K v):
      * the first one's quantising launch writes both layouts and the other
      * reads its own (the same values, so the same bits): one launch, not
-     * two (H200, 27B tg64 146.3 -> 146.8-147.2 tok/s). gq: the group
-     * launched first of those (gn where there is one), g2: the other. */
+     * two (H200, 27B tg64 146.3-146.7 -> 146.8-147.2 tok/s, the 35B's
+     * unchanged). gq: the group launched first of those (gn where there
+     * is one), g2: the other. */
     int gq = gn, g2 = -1;
     for (int g = 0; g < ng && gq < 0 && !gemm && d_scratch; g++)
         if (xq_shares(c, W[first[g]]))
