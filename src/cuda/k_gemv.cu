@@ -2068,6 +2068,15 @@ static size_t xs_budget(size_t smem_optin, size_t stage)
     return dev < XS_MAX ? dev : XS_MAX;
 }
 
+/* One Q8_K quantisation of x for two launches of a multi (multi_run):
+ * the first also writes its copies in t2's layout to xq2, the second reads
+ * them there (ready) instead of quantising x again. */
+struct xq_share {
+    uint8_t *xq2;
+    enum cw_qtype t2;
+    const uint8_t *ready;
+};
+
 struct gemv_launch {
     cudaStream_t s;
     bool pdl;
@@ -2080,9 +2089,7 @@ struct gemv_launch {
     bool q8k; /* x quantised to Q8_K (cw_k_q8k of every matrix of the launch) */
     bool bulk; /* the bulk copy engine (sm_90 on): gemv_stream_kernel */
     uint8_t *xq_scr; /* scratch for xq_once, or NULL */
-    uint8_t *xq2;     /* the xq_once launch's copies in t2's layout too (multi_run), or NULL */
-    enum cw_qtype t2;
-    const uint8_t *xq_ready; /* this launch's x quantised by the one before (xq2), or NULL */
+    xq_share sh; /* x's Q8_K copy shared with another launch (multi_run), or all NULL */
     const xq_norm *nm; /* x as the norm of h, for the xq_once launch (norm_fuses), or NULL */
     const xq_norm *fn; /* nm, normalised in every block of the flat launch instead, or NULL */
     cudaError_t e;
@@ -2195,18 +2202,18 @@ struct gemv_launch {
                                  smem_sm, a.fr)))
             fn = NULL;
         const bool once =
-            !fn && (xq_ready || (xq_scr && (nm ? xq_once(a.nb) : xq_once_plain(a.nb))));
+            !fn && (sh.ready || (xq_scr && (nm ? xq_once(a.nb) : xq_once_plain(a.nb))));
         if (nm && !once && !fn) { /* norm_fuses said yes: not reached */
             e = cudaErrorInvalidValue;
             return true;
         }
-        e = once && !xq_ready
-                ? xq_launch2<T>(s, pdl, x0, a.ldx, n_tok, a.nb, xq_scr, nm, t2, xq2)
+        e = once && !sh.ready
+                ? xq_launch2<T>(s, pdl, x0, a.ldx, n_tok, a.nb, xq_scr, nm, sh.t2, sh.xq2)
                 : cudaSuccess;
         for (int64_t t0 = 0; t0 < n_tok && e == cudaSuccess; t0 += ntg) {
             a.nt = (int)(n_tok - t0 < ntg ? n_tok - t0 : ntg);
             a.x = x0 + t0 * a.ldx;
-            a.xqg = once ? (xq_ready ? xq_ready : xq_scr) + t0 * ql : NULL;
+            a.xqg = once ? (sh.ready ? sh.ready : xq_scr) + t0 * ql : NULL;
             for (int i = 0; i < a.nseg; i++)
                 a.seg[i].y = y0[i] + t0 * a.seg[i].ldy;
             if (a.epi.w)
@@ -2445,15 +2452,6 @@ static cw_norm_epi epi_of(const struct cw_k_norm_next *nrm, int64_t n)
     return e;
 }
 
-/* One Q8_K quantisation of x for two launches of a multi (multi_run):
- * the first also writes its copies in t2's layout to xq2, the second reads
- * them there (ready) instead of quantising x again. */
-struct xq_share {
-    uint8_t *xq2;
-    enum cw_qtype t2;
-    const uint8_t *ready;
-};
-
 /* The GEMV launches (n_tok <= CW_K_GEMV_MAX_TOK) of n checked matrices of
  * one type and width that share x; d_scratch (or NULL) as cw_k_matmul's;
  * sh: as xq_share, or NULL. */
@@ -2489,9 +2487,7 @@ static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const
     f.q8k = cw_k_q8k(c, W[0]->type, W[0]->n_in, W[0]->n_out);
     f.a.xqg = NULL;
     f.xq_scr = (uint8_t *)d_scratch;
-    f.xq2 = sh ? sh->xq2 : NULL;
-    f.t2 = sh ? sh->t2 : W[0]->type;
-    f.xq_ready = sh ? sh->ready : NULL;
+    f.sh = sh ? *sh : xq_share{NULL, W[0]->type, NULL};
     f.nm = nm;
     f.fn = NULL;
     f.e = cudaSuccess;
@@ -2568,13 +2564,12 @@ static xq_norm xq_norm_of(const struct cw_k_norm_in *nin, int64_t n_in, float *d
 }
 
 /* Whether a matrix of a multi launch quantises x once in a layout of its
- * own that another's launch can write for it (multi_run): the Q8_K types
- * whose x is wide enough to quantise once (xq_once_plain). */
+ * own that another's launch can write for it (multi_run): a Q8_K product
+ * (cw_k_q8k: Q4_K, Q5_K, Q6_K, xq_launch2's types; n_in whole blocks of
+ * 256) whose x is wide enough to quantise once (xq_once_plain). */
 static bool xq_shares(const struct cw_cuda *c, const struct cw_k_mat *M)
 {
-    return (M->type == CW_TYPE_Q4_K || M->type == CW_TYPE_Q5_K || M->type == CW_TYPE_Q6_K) &&
-           M->n_in % 256 == 0 && cw_k_q8k(c, M->type, M->n_in, M->n_out) &&
-           xq_once_plain((int)(M->n_in / 256));
+    return cw_k_q8k(c, M->type, M->n_in, M->n_out) && xq_once_plain((int)(M->n_in / 256));
 }
 
 /* cw_k_matmul_multi, and with nin its _norm form (x then written, not read first). */
@@ -2645,10 +2640,11 @@ static int multi_run(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
             if (g != gq && xq_shares(c, W[first[g]]) && W[first[g]]->type != W[first[gq]]->type &&
                 W[first[g]]->n_in == W[first[gq]]->n_in)
                 g2 = g;
+    /* the second layout's copies after the first's in the scratch */
     const size_t qb = g2 >= 0 ? (size_t)n_tok * kq_xq_bytes((int)(W[first[gq]]->n_in / 256)) : 0;
-    const xq_share sh_q = {(uint8_t *)d_scratch + qb, g2 >= 0 ? W[first[g2]]->type : W[0]->type,
-                           NULL};
-    const xq_share sh_2 = {NULL, W[0]->type, (const uint8_t *)d_scratch + qb};
+    const enum cw_qtype t2 = W[first[g2 >= 0 ? g2 : 0]]->type;
+    const xq_share sh_q = {(uint8_t *)d_scratch + qb, t2, NULL};
+    const xq_share sh_2 = {NULL, t2, (const uint8_t *)d_scratch + qb};
     for (int k = -1; k < ng; k++) {
         const int g = k < 0 ? gn : k;
         if (g < 0 || (k >= 0 && g == gn))
