@@ -442,15 +442,33 @@ static __device__ __forceinline__ int kq_run_k6(int p, int r)
 
 /* Q6_K unit p (hh = p/4, l0 = 8(p%4)): its ql and qh words, two of each
  * run (A: ql low nibbles' bytes, B: the 32 after, C: qh); kq_k6_word
- * extracts the 6-bit values (0..63) of quarter k */
+ * extracts the 6-bit values (0..63) of quarter k. A block starts 2-byte
+ * aligned and these pieces lie at multiples of 8 in it. FS (the decode
+ * products, their blocks staged in shared memory): three aligned words
+ * and two funnel shifts per 8 bytes, where the 2-byte loads take four and
+ * two merges; where b is not 4-byte aligned its words start 2 bytes before
+ * the piece, in the block before (a tensor starts aligned), and the last
+ * ends inside the block. */
+template <bool FS = false>
 static __device__ __forceinline__ void kq_k6_bytes(const uint8_t *b, int p, uint32_t (&A)[2],
                                                    uint32_t (&B)[2], uint32_t (&C)[2])
 {
-    int hh = p >> 2, l0 = 8 * (p & 3);
-    const uint8_t *ql = b + 64 * hh + l0, *qh = b + 128 + 32 * hh + l0;
-    A[0] = kq_u32a2(ql), A[1] = kq_u32a2(ql + 4);
-    B[0] = kq_u32a2(ql + 32), B[1] = kq_u32a2(ql + 36);
-    C[0] = kq_u32a2(qh), C[1] = kq_u32a2(qh + 4);
+    const int hh = p >> 2, l0 = 8 * (p & 3);
+    const int o[3] = {64 * hh + l0, 64 * hh + l0 + 32, 128 + 32 * hh + l0};
+    uint32_t *dst[3][2] = {{&A[0], &A[1]}, {&B[0], &B[1]}, {&C[0], &C[1]}};
+    const unsigned mis = (unsigned)(uintptr_t)b & 2u, sh = 8u * mis;
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        if (FS) {
+            const uint32_t *w = (const uint32_t *)(b - mis + o[i]); /* b's space: ld.shared */
+            const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
+            *dst[i][0] = __funnelshift_r(w0, w1, sh);
+            *dst[i][1] = __funnelshift_r(w1, w2, sh);
+        } else {
+            *dst[i][0] = kq_u32a2(b + o[i]);
+            *dst[i][1] = kq_u32a2(b + o[i] + 4);
+        }
+    }
 }
 
 static __device__ __forceinline__ uint32_t kq_k6_word(uint32_t A, uint32_t B, uint32_t C, int k)
@@ -576,6 +594,16 @@ static __host__ __device__ __forceinline__ int kq_xq_bytes(int nb)
     return (nb * (256 + 32 + 4) + 15) / 16 * 16;
 }
 
+/* dp4a as a pure operation: CUDA's __dp4a is volatile asm, which the
+ * compiler treats as a side effect, so a block's head read by each of its
+ * 8 units was loaded again after every unit's products. */
+static __device__ __forceinline__ int kq_dp4a(int a, int b, int c)
+{
+    int d;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
 /* One row's unit for the integer product: 8 words of weight bytes matched
  * word for word with the lane's 32 x bytes (granule p: words 0-3, granule
  * 8 + p: words 4-7), the scale of each word pair, the mins of the two
@@ -630,14 +658,14 @@ struct kq_k4_int {
                                const int16_t *bs, int p)
     {
         int c = p >> 1, hf = p & 1;
-        int dl = __dp4a((int)u.q[0], (int)xa.x, 0);
-        dl = __dp4a((int)u.q[1], (int)xa.y, dl);
-        dl = __dp4a((int)u.q[2], (int)xa.z, dl);
-        dl = __dp4a((int)u.q[3], (int)xa.w, dl);
-        int dh = __dp4a((int)u.q[4], (int)xb.x, 0);
-        dh = __dp4a((int)u.q[5], (int)xb.y, dh);
-        dh = __dp4a((int)u.q[6], (int)xb.z, dh);
-        dh = __dp4a((int)u.q[7], (int)xb.w, dh);
+        int dl = kq_dp4a((int)u.q[0], (int)xa.x, 0);
+        dl = kq_dp4a((int)u.q[1], (int)xa.y, dl);
+        dl = kq_dp4a((int)u.q[2], (int)xa.z, dl);
+        dl = kq_dp4a((int)u.q[3], (int)xa.w, dl);
+        int dh = kq_dp4a((int)u.q[4], (int)xb.x, 0);
+        dh = kq_dp4a((int)u.q[5], (int)xb.y, dh);
+        dh = kq_dp4a((int)u.q[6], (int)xb.z, dh);
+        dh = kq_dp4a((int)u.q[7], (int)xb.w, dh);
         return make_int2(u.sc[0] * dl + u.sc[2] * dh,
                          u.m[0] * bs[4 * c + hf] + u.m[1] * bs[4 * c + 2 + hf]);
     }
@@ -652,7 +680,13 @@ struct kq_k4_int {
 
 /* Q6_K unit p (hh = p/4, l0 = 8(p%4)): run k (elements 128hh + 32k + l0
  * ..+8) is word pair k: granule p holds runs 0, 1, granule 8 + p runs 2, 3.
- * The weights q - 32 as signed bytes (__vsub4: no byte borrows, |q-32| <= 32). */
+ * The weights stay q in 0..63 (their top bits clear, so dp4a's signed bytes
+ * read them as they are), and the -32 comes out of the block's sum once:
+ * Σ sc (q - 32) x = Σ sc q x - 32 Σ_g sc_g bsum_g over its 16 groups of 16,
+ * each group's term in the even unit of its pair (units p, p + 1 share
+ * their scales, and a group's scale index is its bsum index). Integers,
+ * exact: the block's sumi is the CPU's however it is split, and a word
+ * saves its byte-wise subtraction (three instructions). */
 struct kq_k6_int {
     enum { ON = 1 };
     static __device__ int xq_pos(int e)
@@ -670,24 +704,32 @@ struct kq_k6_int {
         u.dmin = 0.0f;
         u.m[0] = u.m[1] = 0;
         uint32_t A[2], B[2], C[2];
-        kq_k6_bytes(b, p, A, B, C);
+        kq_k6_bytes<true>(b, p, A, B, C);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             u.sc[k] = (int8_t)b[192 + 8 * hh + 2 * k + (l0 >> 4)];
 #pragma unroll
             for (int i = 0; i < 2; i++)
-                u.q[2 * k + i] = __vsub4(kq_k6_word(A[i], B[i], C[i], k), 0x20202020u);
+                u.q[2 * k + i] = kq_k6_word(A[i], B[i], C[i], k);
         }
     }
-    static __device__ int2 dot(const kq_iu &u, const uint4 &xa, const uint4 &xb, const int16_t *,
-                               int)
+    static __device__ int2 dot(const kq_iu &u, const uint4 &xa, const uint4 &xb,
+                               const int16_t *bs, int p)
     {
         uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
         int s = 0;
 #pragma unroll
         for (int k = 0; k < 4; k++)
-            s += u.sc[k] * __dp4a((int)u.q[2 * k], (int)xw[2 * k],
-                                  __dp4a((int)u.q[2 * k + 1], (int)xw[2 * k + 1], 0));
+            s += u.sc[k] * kq_dp4a((int)u.q[2 * k], (int)xw[2 * k],
+                                  kq_dp4a((int)u.q[2 * k + 1], (int)xw[2 * k + 1], 0));
+        if (!(p & 1)) {
+            const int g0 = 8 * (p >> 2) + ((p >> 1) & 1);
+            int m = 0;
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                m += u.sc[k] * (int)bs[g0 + 2 * k];
+            s -= 32 * m;
+        }
         return make_int2(s, 0);
     }
     /* cw_comb1's t: (dx*d)*sumi */
