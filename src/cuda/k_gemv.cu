@@ -957,11 +957,16 @@ static __device__ __forceinline__ const uint8_t *flat_block(const UnitAt &unit_a
 }
 
 /* v_b of the nun units of a group (chunks warp, warp + FLAT_WARPS, ...)
- * for the nt tokens into sv[t * stride + u]. stg: this warp's two stages;
- * pre: its first chunk is already fetched into the first (before the PDL
- * wait, or through the previous group's sums). Ends with no copy in
- * flight. */
-template <class T, int NT, class UnitAt>
+ * for the nt tokens into sv[t * stride + u]. stg: this warp's NS stages, a
+ * ring; pre: its first chunk is already fetched into the first (before the
+ * PDL wait, or through the previous group's sums). Ends with no copy in
+ * flight. The kernels take NS = 2. Three stages for the 27B's Q6_K
+ * launches (one block an SM: room for them) ran 147.9 tok/s against the
+ * same binary's 150.0 with two (H200, 2026-12-04). This ring form itself,
+ * at NS = 2, ran the 27B at 150.0 against 147.6-148.4 for the buffer flag
+ * it replaced, the same bits: a change of the compiler's schedule whose
+ * cause was not found. */
+template <class T, int NT, class UnitAt, int NS = 2>
 static __device__ __forceinline__ void flat_stream(const UnitAt &unit_at, int nun, int nb,
                                                    const uint8_t *const *xq, int nt, float *sv,
                                                    int stride, uint8_t *stg, bool pre)
@@ -969,11 +974,15 @@ static __device__ __forceinline__ void flat_stream(const UnitAt &unit_at, int nu
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nch = (nun + 31) / 32;
     if (!pre)
         flat_fetch<T>(unit_at, warp, nun, stg, lane);
-    int buf = 0;
-    for (int c = warp; c < nch; c += FLAT_WARPS, buf ^= 1) {
-        flat_fetch<T>(unit_at, c + FLAT_WARPS, nun, stg + (buf ^ 1) * flat_chunk_bytes<T>(),
-                      lane);
-        cw_cp_wait<1>(); /* chunk c: this lane's copies */
+#pragma unroll
+    for (int k = 1; k < NS - 1; k++)
+        flat_fetch<T>(unit_at, warp + k * FLAT_WARPS, nun, stg + k * flat_chunk_bytes<T>(), lane);
+    int buf = 0, nxt = NS - 1;
+    for (int c = warp; c < nch; c += FLAT_WARPS) {
+        flat_fetch<T>(unit_at, c + (NS - 1) * FLAT_WARPS, nun,
+                      stg + nxt * flat_chunk_bytes<T>(), lane);
+        nxt = nxt + 1 == NS ? 0 : nxt + 1;
+        cw_cp_wait<NS - 1>(); /* chunk c: this lane's copies */
         __syncwarp();    /* ... and every lane's */
         const int u = 32 * c + lane;
         if (u < nun) {
@@ -987,7 +996,8 @@ static __device__ __forceinline__ void flat_stream(const UnitAt &unit_at, int nu
                 if (t < nt)
                     sv[t * stride + u] = v[t];
         }
-        __syncwarp(); /* the stage is refilled two chunks on */
+        buf = buf + 1 == NS ? 0 : buf + 1;
+        __syncwarp(); /* the stage is refilled NS chunks on */
     }
     cw_cp_wait<0>();
 }
