@@ -957,26 +957,23 @@ static __device__ __forceinline__ const uint8_t *flat_block(const UnitAt &unit_a
 }
 
 /* v_b of the nun units of a group (chunks warp, warp + FLAT_WARPS, ...)
- * for the nt tokens into sv[t * stride + u]. stg: this warp's NS stages, a
- * ring; pre: its first chunk is already fetched into the first (before the
- * PDL wait, or through the previous group's sums). Ends with no copy in
- * flight. The kernels take NS = 2. Three stages for the 27B's Q6_K
- * launches (one block an SM: room for them) ran 147.9 tok/s against the
- * same binary's 150.0 with two (H200, 2026-12-04). This ring form itself,
- * at NS = 2, ran the 27B at 150.0 against 147.6-148.4 for the buffer flag
- * it replaced, the same bits: a change of the compiler's schedule whose
- * cause was not found. */
-template <class T, int NT, class UnitAt, int NS = 2>
+ * for the nt tokens into sv[t * stride + u]. stg: this warp's NS = 2
+ * stages, a ring; pre: its first chunk is already fetched into the first
+ * (before the PDL wait, or through the previous group's sums). Ends with
+ * no copy in flight. Three stages for the 27B's Q6_K launches (one block
+ * an SM: room for them) ran 147.9 tok/s against the same binary's 150.0
+ * with two (H200, 2026-12-04). This ring form itself ran the 27B at 150.0
+ * against 147.6-148.4 for the buffer flag it replaced, the same bits: a
+ * change of the compiler's schedule whose cause was not found. */
+template <class T, int NT, class UnitAt>
 static __device__ __forceinline__ void flat_stream(const UnitAt &unit_at, int nun, int nb,
                                                    const uint8_t *const *xq, int nt, float *sv,
                                                    int stride, uint8_t *stg, bool pre)
 {
+    constexpr int NS = 2;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nch = (nun + 31) / 32;
     if (!pre)
         flat_fetch<T>(unit_at, warp, nun, stg, lane);
-#pragma unroll
-    for (int k = 1; k < NS - 1; k++)
-        flat_fetch<T>(unit_at, warp + k * FLAT_WARPS, nun, stg + k * flat_chunk_bytes<T>(), lane);
     int buf = 0, nxt = NS - 1;
     for (int c = warp; c < nch; c += FLAT_WARPS) {
         flat_fetch<T>(unit_at, c + (NS - 1) * FLAT_WARPS, nun,
