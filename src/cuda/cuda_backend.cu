@@ -539,6 +539,7 @@ extern "C" int cw_backend_open_cuda(struct cw_backend **out, const struct cw_qwe
     M->lm_rows = LM_ROWS < M->chunk ? LM_ROWS : M->chunk;
     M->use_graph = !env_is("CWEN_CUDA_GRAPH", "0");
     M->verbose = env_is("CWEN_CUDA_VERBOSE", "1");
+    M->fold_xq = !env_is("CWEN_CUDA_FOLD_XQ", "0");
     if (visit_all(check_type, NULL, &M->dw, err) || cw_cuda_open(&M->c, o->device, err) ||
         upload_weights(M, err)) {
         cuda_close(&M->base);

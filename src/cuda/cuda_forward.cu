@@ -78,17 +78,32 @@ static struct cw_k_norm_next norm_next(const struct cw_cuda_model *M, const stru
     return nn;
 }
 
-/* h += t·x, then h's rows normalised as nx says */
+/* h += t·x, then h's rows normalised as nx says; xq: NULL, or x's Q8_K
+ * copy, written by the launch that wrote x (cw_k_xq_plain) */
 static int mm_add_norm(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_wt *t,
                        const float *x, int64_t ldx, int64_t n, const float *scale_logit,
-                       const struct next_norm *nx, struct cw_err *err)
+                       const struct next_norm *nx, const void *xq, struct cw_err *err)
 {
-    if (nx->defer)
+    if (nx->defer && !xq)
         return mm(M, s, t, x, ldx, n, s->h, (int64_t)M->dw.hp.n_embd, true, scale_logit, err);
     const struct cw_k_mat W = cw_cuda_mat(t);
     const struct cw_k_norm_next nn = norm_next(M, s, nx);
     return cw_k_matmul_add_norm(M->c, &W, x, ldx, n, s->h, (int64_t)M->dw.hp.n_embd,
-                                scale_logit, &nn, s->scratch, err);
+                                scale_logit, nx->defer ? NULL : &nn, xq, s->scratch, err);
+}
+
+/* Where the DeltaNet core writes its y's Q8_K copy for ssm_out (one launch
+ * fewer, cw_k_xq_plain): the scratch, which the token-by-token core does
+ * not use; NULL where that product quantises otherwise. */
+static void *dn_xq(const struct cw_cuda_model *M, const struct cw_bseq *s,
+                   const struct cw_k_deltanet_dims *d, const struct cw_wt *out, int64_t n)
+{
+    const struct cw_k_mat W = cw_cuda_mat(out);
+    const size_t per = cw_k_xq_plain(M->c, &W, n);
+    if (!per || !cw_k_deltanet_xq(d, W.type) || cw_k_deltanet_scratch(d, n) ||
+        (size_t)n * per > s->scratch_bytes)
+        return NULL;
+    return s->scratch;
 }
 
 /* y [n][t->ne[1]] = t·x [n][E], packed rows */
@@ -144,10 +159,12 @@ static int deltanet(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_
     float *out[4] = {s->m, s->z, s->beta, s->alpha};
     if (mm_xs(M, s, dn_in(l, in), in, out, n, xin, err))
         return -1;
+    void *xq = M->fold_xq ? dn_xq(M, s, &d, &l->out, n) : NULL;
+    const struct cw_k_xq_out xo = {xq, cw_cuda_mat(&l->out).type};
     if (cw_k_deltanet(M->c, &d, &w, st->conv, st->delta, n, s->m, s->z, s->beta, s->alpha, s->y,
-                      s->scratch, err))
+                      xq ? &xo : NULL, s->scratch, err))
         return -1;
-    return mm_add_norm(M, s, &l->out, s->y, l->out.ne[0], n, NULL, nx, err);
+    return mm_add_norm(M, s, &l->out, s->y, l->out.ne[0], n, NULL, nx, xq, err);
 }
 
 /* Gated full attention, §3.3: projections, the core (norms, RoPE, K/V
@@ -164,7 +181,7 @@ static int attention(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw
     if (cw_k_attn(M->c, &d, (const float *)l->q_norm.data, (const float *)l->k_norm.data, st->k,
                   st->v, M->base.n_ctx_max, s->pos, n, s->P, s->k, s->v, s->ao, s->scratch, err))
         return -1;
-    return mm_add_norm(M, s, &l->o, s->ao, l->o.ne[0], n, NULL, nx, err);
+    return mm_add_norm(M, s, &l->o, s->ao, l->o.ne[0], n, NULL, nx, NULL, err);
 }
 
 /* whether gate_up_swiglu runs as one K = 1 expert launch */
@@ -239,7 +256,7 @@ static int moe(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_qwen3
         return -1;
     if (gate_up_swiglu(M, s, &l->gate_shexp, &l->up_shexp, s->sg, s->su, n, NULL, err))
         return -1;
-    return mm_add_norm(M, s, &l->down_shexp, s->sg, S, n, s->sgate, nx, err);
+    return mm_add_norm(M, s, &l->down_shexp, s->sg, S, n, s->sgate, nx, NULL, err);
 }
 
 /* Dense SwiGLU FFN, §3.5 (+h). */
@@ -250,7 +267,7 @@ static int dense_ffn(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw
     const int64_t F = M->dw.hp.n_ff;
     if (gate_up_swiglu(M, s, &l->gate, &l->up, s->fg, s->fu, n, xin, err))
         return -1;
-    return mm_add_norm(M, s, &l->down, s->fg, F, n, NULL, nx, err);
+    return mm_add_norm(M, s, &l->down, s->fg, F, n, NULL, nx, NULL, err);
 }
 
 /* ---- one block, §3.1: h [n][E] updated in place ---------------------------------- */

@@ -25,6 +25,7 @@ struct cw_cuda_model {
     int64_t lm_rows; /* most rows one LM-head launch writes */
     bool use_graph;  /* CWEN_CUDA_GRAPH=0 turns the decode graph off (diagnostic) */
     bool verbose;    /* CWEN_CUDA_VERBOSE=1: sizes, upload time, kernels per token */
+    bool fold_xq;    /* CWEN_CUDA_FOLD_XQ=0: the DeltaNet core leaves ssm_out's x to it */
 };
 
 /* One layer's slice of a sequence's state (device). */

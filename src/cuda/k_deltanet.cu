@@ -16,7 +16,10 @@
  *   only the projection's outputs after it.
  * norm_kernel: the gated RMSNorm of every (token, head) row of y in place,
  *   and the conv-state shift (after the recurrence, by stream order); all
- *   but y is read before the PDL wait.
+ *   but y is read before the PDL wait. Where the product after the core
+ *   (ssm_out) would quantise y to Q8_K in a launch of its own, norm_xq_kernel
+ *   instead: two heads a block, writing y and its Q8_K copy (H200, 27B
+ *   decode, 48 launches a token fewer, the same bits: 149.7 -> 150.6 tok/s).
  * Each load moved before the wait took one dependent L2 round trip off the
  * chain of launches (H200 35B decode, with the MoE's flat gate/up: 404 ->
  * 426.7 tok/s; 27B 136.1 -> 140.9; the same bits).
@@ -72,6 +75,7 @@
  * call costs ~85 µs up to ~64 tokens, so it breaks even with the sequential
  * path near 48 tokens (slower at 32, faster from 64). */
 #include "cuda/cuda_common.cuh"
+#include "cuda/k_quant.cuh" /* kq_xq_block: y's Q8_K copy */
 #include "cuda/kernels.h"
 
 #define DN_WARPS 4                         // warps per block
@@ -343,28 +347,35 @@ static __global__ void __launch_bounds__(DN_WARPS * 32) recur_kernel(dn_args a)
     }
 }
 
+/* The conv-state shift of DN_NORM_THREADS channels (block blockIdx.x - first
+ * of those of a norm launch), by its threads below DN_NORM_THREADS (in). What the norm
+ * launches read besides y was written two launches back or earlier (m and
+ * z by the projection, the conv state by the previous call: the
+ * recurrence between only reads it), so it is read before the wait; the
+ * state is written after it (the recurrence has read it). */
+static __device__ __forceinline__ void dn_conv_shift(const dn_args &a, int64_t first, bool in)
+{
+    const int ns = a.nconv - 1;
+    const int64_t c = ((int64_t)blockIdx.x - first) * DN_NORM_THREADS + threadIdx.x;
+    const bool on = in && c < a.C && ns > 0;
+    // The last ns inputs of [state | m]: read all before writing any.
+    float keep[DN_MAXCONV];
+    for (int j = 0; on && j < ns; j++)
+        keep[j] = dn_conv_in(a, c, a.n_tok - ns + j);
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    for (int j = 0; on && j < ns; j++)
+        a.conv_state[c * ns + j] = keep[j];
+}
+
 /* Blocks [0, n_tok*Hv): y_row = RMSNorm(o_row; norm) ⊙ silu(z_row) in place.
  * Blocks after those: the conv-state shift of DN_NORM_THREADS channels each. */
 static __global__ void __launch_bounds__(DN_NORM_THREADS) norm_kernel(dn_args a)
 {
     __shared__ float s_part[DN_NORM_THREADS / 32];
     const int64_t n_rows = a.n_tok * a.hv;
-    /* What this launch reads besides y was written two launches back or
-     * earlier (m and z by the projection, the conv state by the previous
-     * call: the recurrence between only reads it), so it is read before the
-     * wait; the state is written after it (the recurrence has read it). */
     if ((int64_t)blockIdx.x >= n_rows) {
-        const int ns = a.nconv - 1;
-        const int64_t c = ((int64_t)blockIdx.x - n_rows) * DN_NORM_THREADS + threadIdx.x;
-        const bool on = c < a.C && ns > 0;
-        // The last ns inputs of [state | m]: read all before writing any.
-        float keep[DN_MAXCONV];
-        for (int k = 0; on && k < ns; k++)
-            keep[k] = dn_conv_in(a, c, a.n_tok - ns + k);
-        cw_pdl_wait();
-        cw_pdl_launch_dependents();
-        for (int k = 0; on && k < ns; k++)
-            a.conv_state[c * ns + k] = keep[k];
+        dn_conv_shift(a, n_rows, true);
         return;
     }
     const int dv = a.dv;
@@ -394,6 +405,52 @@ static __global__ void __launch_bounds__(DN_NORM_THREADS) norm_kernel(dn_args a)
     }
     for (int i = threadIdx.x; i < dv; i += blockDim.x)
         o[i] = o[i] * s * a.norm[i] * dn_silu(z[i]);
+}
+
+/* norm_kernel for rows of dv = DN_NORM_THREADS (the models' 128), two
+ * v-heads a block, which also writes the pair's 256 values of y as block p
+ * of the token's Q8_K copy in T's layout (kq_xq_block) for the product
+ * that reads y next, whose own quantising launch is then saved. Each
+ * head's values are norm_kernel's: the same warps' sums in the same order.
+ * Blocks past the pairs: the conv-state shift, as there. */
+template <class T>
+static __global__ void __launch_bounds__(2 * DN_NORM_THREADS) norm_xq_kernel(dn_args a, uint8_t *xq)
+{
+    constexpr int NW = DN_NORM_THREADS / 32; /* warps per head */
+    __shared__ float s_part[2 * NW];
+    __shared__ __align__(16) float ys[2 * DN_NORM_THREADS];
+    const int64_t n_pairs = a.n_tok * a.hv / 2;
+    if ((int64_t)blockIdx.x >= n_pairs) {
+        dn_conv_shift(a, n_pairs, threadIdx.x < DN_NORM_THREADS);
+        return;
+    }
+    const int hh = (int)threadIdx.x / DN_NORM_THREADS, e = (int)threadIdx.x % DN_NORM_THREADS;
+    const int64_t row = 2 * (int64_t)blockIdx.x + hh; /* hv even: a pair is one token's */
+    float *o = a.y + row * DN_NORM_THREADS;
+    const float z1 = a.z[row * DN_NORM_THREADS + e], w1 = a.norm[e];
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    float ss = cw_warp_sum(fmaf(o[e], o[e], 0.0f));
+    if ((threadIdx.x & 31) == 0)
+        s_part[threadIdx.x >> 5] = ss;
+    __syncthreads(); // the per-warp partial sums are in shared memory
+    float tot = 0.0f;
+    for (int w = 0; w < NW; w++) // fixed order
+        tot += s_part[NW * hh + w];
+    const float s = 1.0f / sqrtf(tot / (float)DN_NORM_THREADS + a.eps);
+    const float v = o[e] * s * w1 * dn_silu(z1);
+    o[e] = v;
+    ys[threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const int nb = a.hv * DN_NORM_THREADS / 256, half = a.hv / 2;
+        const int64_t t = (int64_t)blockIdx.x / half;
+        const float4 *p = (const float4 *)(ys + 8 * threadIdx.x);
+        const float4 lo = p[0], hi = p[1];
+        float vv[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        kq_xq_block<T>(vv, (int)t, (int)((int64_t)blockIdx.x - t * half), nb, kq_xq_bytes(nb),
+                       xq, NULL);
+    }
 }
 
 /* ---- the chunked path ------------------------------------------------------ */
@@ -918,10 +975,17 @@ static int dc_run(struct cw_cuda *c, const dn_args &a, void *d_scratch, struct c
     return 0;
 }
 
+bool cw_k_deltanet_xq(const struct cw_k_deltanet_dims *d, enum cw_qtype t)
+{
+    return d->d_v == DN_NORM_THREADS && d->n_v_head % 2 == 0 &&
+           (t == CW_TYPE_Q4_K || t == CW_TYPE_Q5_K || t == CW_TYPE_Q6_K);
+}
+
 int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
                   const struct cw_k_deltanet_w *w, float *d_conv_state, float *d_delta_state,
                   int64_t n_tok, const float *d_m, const float *d_z, const float *d_beta_logit,
-                  const float *d_alpha, float *d_y, void *d_scratch, struct cw_err *err)
+                  const float *d_alpha, float *d_y, const struct cw_k_xq_out *xq,
+                  void *d_scratch, struct cw_err *err)
 {
     if (d->n_k_head <= 0 || d->n_v_head <= 0 || d->d_k <= 0 || d->d_v <= 0 || d->d_conv <= 0 ||
         d->n_v_head % d->n_k_head)
@@ -932,6 +996,9 @@ int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
                        d->d_k, 32 * DN_MAXR, d->d_conv, DN_MAXCONV);
     if (n_tok < 0)
         return cw_errf(err, CW_ERR_INVALID, "k_deltanet: n_tok %lld < 0", (long long)n_tok);
+    if (xq && (!xq->d_xq || !cw_k_deltanet_xq(d, xq->type)))
+        return cw_errf(err, CW_ERR_UNSUPPORTED, "k_deltanet: y's Q8_K copy for %s with Hv %d, "
+                       "dv %d", cw_qtype_name(xq->type), d->n_v_head, d->d_v);
     if (n_tok == 0)
         return 0;
     dn_args a;
@@ -970,6 +1037,15 @@ int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
     if (n_rows + n_conv_blocks > 0x7fffffff)
         return cw_errf(err, CW_ERR_UNSUPPORTED, "k_deltanet: %lld tokens is too many for one launch",
                        (long long)n_tok);
+    if (xq) {
+        void (*k)(dn_args, uint8_t *) = xq->type == CW_TYPE_Q4_K   ? norm_xq_kernel<kt_q4_k>
+                                        : xq->type == CW_TYPE_Q5_K ? norm_xq_kernel<kt_q5_k>
+                                                                   : norm_xq_kernel<kt_q6_k>;
+        CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, k,
+                                   dim3((unsigned)(n_rows / 2 + n_conv_blocks)),
+                                   dim3(2 * DN_NORM_THREADS), 0, a, (uint8_t *)xq->d_xq));
+        return 0;
+    }
     CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, norm_kernel,
                                dim3((unsigned)(n_rows + n_conv_blocks)), dim3(DN_NORM_THREADS), 0,
                                a));

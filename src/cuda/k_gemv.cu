@@ -281,34 +281,11 @@ static __device__ __forceinline__ void mv_dot(const uint8_t *const *rows, const 
 
 /* Q8_K copies of nt tokens' x (row t at x + t*ldx) into shared memory, row
  * t at xq + t*kq_xq_bytes(nb): one warp per (token, 256-block), 8 elements
- * per lane. The CPU's quantiser (quant_quant.c cw_quant_row_q8_k) operation
- * for operation: the signed largest element (first of the largest |x|),
- * iscale = -127/max, q = rne(iscale*x) by the same 1.5*2^23 trick, capped
- * at 127, d = 1/iscale; an all-zero block gives d = 0, q = 0. */
+ * per lane, each block by kq_xq_block (the CPU's quantiser). */
 /* XQB items per warp in flight where a warp takes several (xq_stage: a
  * block's own copy): a long row's x arrives in a few round trips, not one
  * per 256 elements */
 #define XQB 4
-/* Where byte pos of block b's copy goes (every Q8_K copy is so rotated):
- * granules 0-7 and 8-15 each turned by b, so that lanes reading granule p
- * of 8 different blocks at once (gemv_lpb_kernel, the flat kernels) hit 8
- * distinct bank groups; the 8 lanes of one block (mv_dot_q8k) read its 8
- * granules in some order either way. */
-static __device__ __forceinline__ int xq_rot(int pos, int b)
-{
-    const int g = pos >> 4;
-    return (((g & 8) | ((g + b) & 7)) << 4) | (pos & 15);
-}
-
-/* Whether two decoder types are one (no <type_traits> in device code). */
-template <class A, class B>
-struct kq_same {
-    enum { V = 0 };
-};
-template <class A>
-struct kq_same<A, A> {
-    enum { V = 1 };
-};
 
 /* SM: x in shared memory (else global, read through L1). T2 other than T:
  * the same values also into xq2 in T2's layout (xq_launch's second copy). */
@@ -317,8 +294,6 @@ static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int 
                                                uint8_t *xq, int warp, int nw,
                                                uint8_t *xq2 = NULL)
 {
-    typedef kq_q8k<T> I;
-    constexpr bool two = !kq_same<T, T2>::V;
     const int lane = threadIdx.x & 31;
     const int tb = kq_xq_bytes(nb), n = nt * nb;
     for (int i0 = warp; i0 < n; i0 += XQB * nw) {
@@ -340,49 +315,7 @@ static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int 
         int t = it / nb, b = it - t * nb;
         float4 a = ld[k][0], c = ld[k][1];
         float v[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
-        float amax = 0.0f, mx = 0.0f;
-        int idx = 256;
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            if (fabsf(v[j]) > amax)
-                amax = fabsf(v[j]), mx = v[j], idx = 8 * lane + j;
-        /* a total order (|x| descending, index ascending): every lane ends
-         * with the CPU's pick */
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            float oa = __shfl_xor_sync(0xffffffffu, amax, o);
-            float om = __shfl_xor_sync(0xffffffffu, mx, o);
-            int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-            if (oa > amax || (oa == amax && oi < idx))
-                amax = oa, mx = om, idx = oi;
-        }
-        uint32_t w[2] = {0u, 0u};
-        int sum = 0;
-        float d = 0.0f;
-        if (mx != 0.0f) {
-            float is = __fdiv_rn(-127.0f, mx);
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                float f = __fadd_rn(__fmul_rn(is, v[j]), 12582912.0f);
-                int r = (__float_as_int(f) & 0x007fffff) - 0x00400000;
-                r = r < 127 ? r : 127;
-                sum += (int8_t)r;
-                w[j >> 2] |= (uint32_t)(r & 0xFF) << (8 * (j & 3));
-            }
-            d = __fdiv_rn(1.0f, is);
-        }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1); /* bsum of 16: lanes 2g, 2g+1 */
-#pragma unroll
-        for (int o = 0; o < (two ? 2 : 1); o++) {
-            uint8_t *q = (o ? xq2 : xq) + t * tb;
-            const int pos =
-                xq_rot(o ? kq_q8k<T2>::xq_pos(8 * lane) : I::xq_pos(8 * lane), b);
-            *(uint2 *)(q + 256 * b + pos) = make_uint2(w[0], w[1]);
-            if (!(lane & 1))
-                ((int16_t *)(q + 256 * nb))[16 * b + (lane >> 1)] = (int16_t)sum;
-            if (lane == 0)
-                ((float *)(q + 288 * nb))[b] = d;
-        }
+        kq_xq_block<T, T2>(v, t, b, nb, tb, xq, xq2);
         }
     }
 }
@@ -2531,28 +2464,63 @@ extern "C" int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const fl
                 NULL, err);
 }
 
+/* The kt_ decoder's answer for cw_k_xq_plain: the types whose Q8_K x
+ * layout kq_xq_block writes. */
+namespace {
+struct xq_plain_query {
+    int nb;
+    size_t bytes;
+    template <class T>
+    int go()
+    {
+        if constexpr (kq_q8k<T>::ON)
+            if (xq_once_plain(nb) && (size_t)kq_xq_bytes(nb) <= XS_MAX)
+                bytes = (size_t)kq_xq_bytes(nb);
+        return 0;
+    }
+};
+} // namespace
+
+extern "C" size_t cw_k_xq_plain(const struct cw_cuda *c, const struct cw_k_mat *W,
+                                int64_t n_tok)
+{
+    const int qk = cw_k_block_elems(W->type);
+    if (n_tok < 1 || n_tok > CW_K_GEMV_MAX_TOK || qk <= 0 || W->n_in % qk ||
+        !cw_k_q8k(c, W->type, W->n_in, W->n_out))
+        return 0;
+    xq_plain_query q = {(int)(W->n_in / qk), 0};
+    cw_k_dispatch(W->type, q);
+    return q.bytes;
+}
+
 extern "C" int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W,
                                     const float *d_x, int64_t ldx, int64_t n_tok, float *d_y,
                                     int64_t ldy, const float *d_scale_logit,
-                                    const struct cw_k_norm_next *nrm, void *d_scratch,
-                                    struct cw_err *err)
+                                    const struct cw_k_norm_next *nrm, const void *d_xq,
+                                    void *d_scratch, struct cw_err *err)
 {
-    if (!nrm || !nrm->d_w || nrm->ldy < W->n_out || !nrm->d_count)
+    if (nrm && (!nrm->d_w || nrm->ldy < W->n_out || !nrm->d_count))
         return cw_errf(err, CW_ERR_INVALID, "cuda matmul_add_norm: the norm needs weights, a "
                        "count and rows of >= %lld", (long long)W->n_out);
-    if (n_tok > CW_K_GEMV_MAX_TOK)
+    if (n_tok > CW_K_GEMV_MAX_TOK && !d_xq)
         return cw_k_matmul(c, W, d_x, ldx, n_tok, d_y, ldy, true, d_scale_logit, d_scratch, err) ||
-                       cw_k_add_rmsnorm(c, d_y, NULL, nrm->d_w, nrm->d_y, nrm->ldy, W->n_out,
-                                        n_tok, nrm->eps, err)
+                       (nrm && cw_k_add_rmsnorm(c, d_y, NULL, nrm->d_w, nrm->d_y, nrm->ldy,
+                                                W->n_out, n_tok, nrm->eps, err))
                    ? -1
                    : 0;
     if (check_matmul(W, d_x, ldx, n_tok, ldy, "matmul_add_norm", err))
         return -1;
+    if (d_xq && !cw_k_xq_plain(c, W, n_tok))
+        return cw_errf(err, CW_ERR_INVALID, "cuda matmul_add_norm: a Q8_K x given for %s "
+                       "%lld x %lld at %lld tokens, which quantise x otherwise",
+                       cw_qtype_name(W->type), (long long)W->n_out, (long long)W->n_in,
+                       (long long)n_tok);
     const struct cw_k_mat *Ws[1] = {W};
     float *ys[1] = {d_y};
     const int64_t ldys[1] = {ldy};
+    const xq_share sh = {NULL, W->type, (const uint8_t *)d_xq};
     return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, true, d_scale_logit, nrm, NULL, d_scratch,
-                NULL, err);
+                d_xq ? &sh : NULL, err);
 }
 
 /* x as the norm of h (cw_k_norm_in) for n_tok rows of n_in into x. */

@@ -746,6 +746,90 @@ struct kq_q8k<kt_q5_k> : kq_k4_int<true> {};
 template <>
 struct kq_q8k<kt_q6_k> : kq_k6_int {};
 
+/* Where byte pos of block b's copy goes (every Q8_K copy is so rotated):
+ * granules 0-7 and 8-15 each turned by b, so that lanes reading granule p
+ * of 8 different blocks at once (gemv_lpb_kernel, the flat kernels) hit 8
+ * distinct bank groups; the 8 lanes of one block (mv_dot_q8k) read its 8
+ * granules in some order either way. */
+static __device__ __forceinline__ int xq_rot(int pos, int b)
+{
+    const int g = pos >> 4;
+    return (((g & 8) | ((g + b) & 7)) << 4) | (pos & 15);
+}
+
+/* Whether two decoder types are one (no <type_traits> in device code). */
+template <class A, class B>
+struct kq_same {
+    enum { V = 0 };
+};
+template <class A>
+struct kq_same<A, A> {
+    enum { V = 1 };
+};
+
+/* Block b of token t's Q8_K copy (tb = kq_xq_bytes(nb) bytes a token from
+ * xq; the layout of T's units, rotated by xq_rot) from the 256 values whose
+ * elements 8*lane .. 8*lane+7 this lane holds in v; T2 other than T: the
+ * same values also into xq2 in T2's layout. The CPU's quantiser
+ * (quant_quant.c cw_quant_row_q8_k) operation for operation: the signed
+ * largest element (first of the largest |x|), iscale = -127/max, q =
+ * rne(iscale*x) by the same 1.5*2^23 trick, capped at 127, d = 1/iscale;
+ * an all-zero block gives d = 0, q = 0. All 32 lanes of the warp call it.
+ * Its form (t and tb apart, v writable) is the code xq_rows had inline, so
+ * that xq_rows keeps its instructions: a first form of this function
+ * changed them in 62 kernels and cost the 27B's decode 0.8% (H200). */
+template <class T, class T2 = T>
+static __device__ __forceinline__ void kq_xq_block(float (&v)[8], int t, int b, int nb, int tb,
+                                                   uint8_t *xq, uint8_t *xq2)
+{
+    typedef kq_q8k<T> I;
+    constexpr bool two = !kq_same<T, T2>::V;
+    const int lane = threadIdx.x & 31;
+    float amax = 0.0f, mx = 0.0f;
+    int idx = 256;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        if (fabsf(v[j]) > amax)
+            amax = fabsf(v[j]), mx = v[j], idx = 8 * lane + j;
+    /* a total order (|x| descending, index ascending): every lane ends
+     * with the CPU's pick */
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float oa = __shfl_xor_sync(0xffffffffu, amax, o);
+        float om = __shfl_xor_sync(0xffffffffu, mx, o);
+        int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (oa > amax || (oa == amax && oi < idx))
+            amax = oa, mx = om, idx = oi;
+    }
+    uint32_t w[2] = {0u, 0u};
+    int sum = 0;
+    float d = 0.0f;
+    if (mx != 0.0f) {
+        float is = __fdiv_rn(-127.0f, mx);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float f = __fadd_rn(__fmul_rn(is, v[j]), 12582912.0f);
+            int r = (__float_as_int(f) & 0x007fffff) - 0x00400000;
+            r = r < 127 ? r : 127;
+            sum += (int8_t)r;
+            w[j >> 2] |= (uint32_t)(r & 0xFF) << (8 * (j & 3));
+        }
+        d = __fdiv_rn(1.0f, is);
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1); /* bsum of 16: lanes 2g, 2g+1 */
+#pragma unroll
+    for (int o = 0; o < (two ? 2 : 1); o++) {
+        uint8_t *q = (o ? xq2 : xq) + t * tb;
+        const int pos =
+            xq_rot(o ? kq_q8k<T2>::xq_pos(8 * lane) : I::xq_pos(8 * lane), b);
+        *(uint2 *)(q + 256 * b + pos) = make_uint2(w[0], w[1]);
+        if (!(lane & 1))
+            ((int16_t *)(q + 256 * nb))[16 * b + (lane >> 1)] = (int16_t)sum;
+        if (lane == 0)
+            ((float *)(q + 288 * nb))[b] = d;
+    }
+}
+
 /* The one switch from the enum to the template instances (STYLE §5): calls
  * f.template go<T>() for the type's decoder; returns -1 for a type
  * the kernels do not read. */

@@ -71,13 +71,29 @@ struct cw_k_norm_next {
     unsigned *d_count;
 };
 
+/* x's Q8_K copy written by the kernel that produces x, for the product
+ * that reads x next, where cw_k_xq_plain says that product quantises x
+ * once: d_xq holds n_tok rows of cw_k_xq_plain's bytes, in the layout of
+ * the product's weight type. */
+struct cw_k_xq_out {
+    void *d_xq;
+    enum cw_qtype type;
+};
+
+/* Bytes per token of the Q8_K copy of x that cw_k_matmul_add_norm of W at
+ * n_tok tokens (with scratch) would quantise once in a launch of its own,
+ * for a Q4_K, Q5_K or Q6_K W; 0 where it would not. Given that copy
+ * (d_xq), the product reads it instead, one launch fewer. */
+size_t cw_k_xq_plain(const struct cw_cuda *c, const struct cw_k_mat *W, int64_t n_tok);
+
 /* y += W·x (σ-scaled when d_scale_logit, as cw_k_matmul), then y's n_tok rows
- * normalised as nrm says: one launch in the GEMV regime, else cw_k_matmul
- * and cw_k_add_rmsnorm. */
+ * normalised as nrm says (NULL: not): one launch in the GEMV regime, else
+ * cw_k_matmul and cw_k_add_rmsnorm. d_xq: NULL, or x's Q8_K copy, which
+ * the product then reads instead of quantising x (cw_k_xq_plain). */
 int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W, const float *d_x,
                          int64_t ldx, int64_t n_tok, float *d_y, int64_t ldy,
                          const float *d_scale_logit, const struct cw_k_norm_next *nrm,
-                         void *d_scratch, struct cw_err *err);
+                         const void *d_xq, void *d_scratch, struct cw_err *err);
 
 /* n (1..CW_K_MULTI_MAX) products of one x: y_i[t][r] = Σ_j W_i[r][j]·x[t][j],
  * y_i [n_tok][ldy[i]]. In the GEMV regime (decode, drafts) the matrices of
@@ -257,11 +273,17 @@ struct cw_k_deltanet_w {
  * d_scratch is given, the chunked path runs (the same function within the
  * bound in k_deltanet.cu's header; its bits depend on where 64-token chunk
  * boundaries fall in the call); else the token-by-token path, for which n
- * tokens in one call and n single calls give the same bits. */
+ * tokens in one call and n single calls give the same bits. xq: NULL, or
+ * where y's Q8_K copy goes too (cw_k_deltanet_xq said yes). */
 int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
                   const struct cw_k_deltanet_w *w, float *d_conv_state, float *d_delta_state,
                   int64_t n_tok, const float *d_m, const float *d_z, const float *d_beta_logit,
-                  const float *d_alpha, float *d_y, void *d_scratch, struct cw_err *err);
+                  const float *d_alpha, float *d_y, const struct cw_k_xq_out *xq,
+                  void *d_scratch, struct cw_err *err);
+
+/* Whether cw_k_deltanet of these dims writes y's Q8_K copy for a product
+ * of weight type t (Q4_K, Q5_K, Q6_K; two v-heads of 128 per 256-block). */
+bool cw_k_deltanet_xq(const struct cw_k_deltanet_dims *d, enum cw_qtype t);
 
 /* Bytes of d_scratch for the chunked path of calls of n_tok tokens (0 where
  * a call of n_tok tokens runs token by token anyway); grows with n_tok. */

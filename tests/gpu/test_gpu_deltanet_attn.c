@@ -8,7 +8,9 @@
  * the real widths: y, conv and delta state vs the CPU and vs the GPU's
  * sequential path, at and just above the threshold, a partial last chunk, a
  * second call from the first's state, correlated keys, 512 and 2048 tokens,
- * Hv/Hk = 2 and 3, and the same bits on a second run. CWEN_GPU_BENCH=1 adds
+ * Hv/Hk = 2 and 3, and the same bits on a second run. At the 27B's widths,
+ * the core writing y's Q8_K copy for ssm_out (cw_k_xq_out): y, the state
+ * and that product bit-identical to the plain launches. CWEN_GPU_BENCH=1 adds
  * decode timings and prefill µs per token per layer, sequential vs chunked
  * (CUDA events, median).
  *
@@ -172,7 +174,7 @@ static int dn_run(struct cw_cuda *c, const struct dn_case *k, float *d_cs, float
     const struct cw_k_deltanet_dims kd = {k->d.n_k_head, k->d.n_v_head, k->d.d_k, k->d.d_v,
                                           k->d.d_conv, k->d.eps};
     const struct cw_k_deltanet_w w = {k->d_conv, k->d_dt, k->d_a, k->d_norm};
-    if (cw_k_deltanet(c, &kd, &w, d_cs, d_ds, n, d_m, d_z, d_b, d_al, d_y, d_scr, &err)) {
+    if (cw_k_deltanet(c, &kd, &w, d_cs, d_ds, n, d_m, d_z, d_b, d_al, d_y, NULL, d_scr, &err)) {
         printf("not ok - cw_k_deltanet: %s\n", err.msg);
         return -1;
     }
@@ -254,6 +256,98 @@ static struct cw_k_deltanet_dims dn_kdims(const struct dn_case *k)
     const struct cw_k_deltanet_dims kd = {k->d.n_k_head, k->d.n_v_head, k->d.d_k, k->d.d_v,
                                           k->d.d_conv, k->d.eps};
     return kd;
+}
+
+/* One run of n tokens from zero state (one call, token by token), then
+ * h += W·y (cw_k_matmul_add_norm, no norm): y's Q8_K copy written by the
+ * core for the product (xq) or quantised by the product itself (NULL). */
+static int dn_run_xq(struct cw_cuda *c, const struct dn_case *k, const struct cw_k_mat *W,
+                     int64_t n, const float *const *in, float *d_cs, float *d_ds, float *d_y,
+                     const struct cw_k_xq_out *xq, float *d_h, const float *h0, void *d_scr)
+{
+    struct cw_err e = {0};
+    const struct cw_k_deltanet_dims kd = dn_kdims(k);
+    const struct cw_k_deltanet_w w = {k->d_conv, k->d_dt, k->d_a, k->d_norm};
+    cw_cuda_memset(c, d_cs, 0, (size_t)k->ns * sizeof(float), &e);
+    cw_cuda_memset(c, d_ds, 0, (size_t)k->nd * sizeof(float), &e);
+    poison(c, d_y, (size_t)(n * k->vd) * sizeof(float));
+    put(c, d_h, h0, (size_t)(n * W->n_out) * sizeof(float));
+    if (cw_k_deltanet(c, &kd, &w, d_cs, d_ds, n, in[0], in[1], in[2], in[3], d_y, xq, NULL, &e) ||
+        cw_k_matmul_add_norm(c, W, d_y, k->vd, n, d_h, W->n_out, NULL, NULL,
+                             xq ? xq->d_xq : NULL, d_scr, &e)) {
+        printf("not ok - deltanet then its product: %s\n", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* The core writing y's Q8_K copy for the product that reads y next (the
+ * 27B's ssm_out: its quantising launch saved): y, the state and that
+ * product's output bit-identical to the core's plain launch followed by the
+ * product quantising y itself. */
+static void dn_check_xq(struct cw_cuda *c, struct dn_case *k, const char *name, int64_t n,
+                        enum cw_qtype type)
+{
+    const int64_t hv = k->d.n_v_head, R = 96;
+    const struct cw_k_deltanet_dims kd = dn_kdims(k);
+    const struct cw_qtype_traits *tr = cw_qtype_traits(type);
+    const size_t rb = cw_qtype_row_bytes(type, k->vd);
+    uint8_t *q = malloc(rb * R);
+    for (int64_t r = 0; r < R; r++) {
+        float *row = randn(k->vd, 0.0f, 0.05f);
+        tr->quant_row(row, q + r * rb, k->vd);
+        free(row);
+    }
+    const struct cw_k_mat W = {type, up(c, q, rb * R), rb, 0, k->vd, R};
+    const size_t per = cw_k_xq_plain(c, &W, n);
+    ok(per > 0 && cw_k_deltanet_xq(&kd, type), "%s %s: y quantised once, by the core", name,
+       cw_qtype_name(type));
+    float *m = randn(n * k->C, 0.0f, 1.0f), *z = randn(n * k->vd, 0.0f, 1.0f);
+    float *bl = randn(n * hv, 0.0f, 1.0f), *al = randn(n * hv, 0.0f, 1.0f);
+    float *h0 = randn(n * R, 0.0f, 1.0f);
+    const float *in[4] = {up(c, m, (size_t)(n * k->C) * sizeof(float)),
+                          up(c, z, (size_t)(n * k->vd) * sizeof(float)),
+                          up(c, bl, (size_t)(n * hv) * sizeof(float)),
+                          up(c, al, (size_t)(n * hv) * sizeof(float))};
+    float *d_y = dev(c, (size_t)(n * k->vd) * sizeof(float)), *d_h = dev(c, (size_t)(n * R) * 4);
+    float *d_cs = dev(c, (size_t)k->ns * sizeof(float)), *d_ds = dev(c, (size_t)k->nd * sizeof(float));
+    void *d_scr = dev(c, cw_k_matmul_scratch(&W, n)), *d_xq = dev(c, per * (size_t)n);
+    const struct cw_k_xq_out xo = {d_xq, type};
+    float *y[2], *h[2], *ds[2], *cs[2];
+    int rc = 0;
+    for (int i = 0; i < 2; i++) {
+        y[i] = malloc((size_t)(n * k->vd) * sizeof(float)), h[i] = malloc((size_t)(n * R) * 4);
+        ds[i] = malloc((size_t)k->nd * sizeof(float)), cs[i] = malloc((size_t)k->ns * sizeof(float));
+        rc |= dn_run_xq(c, k, &W, n, in, d_cs, d_ds, d_y, i ? &xo : NULL, d_h, h0, d_scr);
+        get(c, y[i], d_y, (size_t)(n * k->vd) * sizeof(float));
+        get(c, h[i], d_h, (size_t)(n * R) * sizeof(float));
+        get(c, ds[i], d_ds, (size_t)k->nd * sizeof(float));
+        get(c, cs[i], d_cs, (size_t)k->ns * sizeof(float));
+    }
+    ok(!rc, "%s %s, %lld tokens: launches", name, cw_qtype_name(type), (long long)n);
+    ok(!memcmp(y[0], y[1], (size_t)(n * k->vd) * sizeof(float)) &&
+           !memcmp(ds[0], ds[1], (size_t)k->nd * sizeof(float)) &&
+           !memcmp(cs[0], cs[1], (size_t)k->ns * sizeof(float)),
+       "%s %s, %lld tokens: y and the state bit-identical with y's Q8_K copy", name,
+       cw_qtype_name(type), (long long)n);
+    ok(!memcmp(h[0], h[1], (size_t)(n * R) * sizeof(float)) &&
+           memcmp(h[0], h0, (size_t)(n * R) * sizeof(float)),
+       "%s %s, %lld tokens: the product on the core's copy bit-identical to its own", name,
+       cw_qtype_name(type), (long long)n);
+    struct cw_err e = {0};
+    const struct cw_k_xq_out bad = {d_xq, CW_TYPE_Q8_0};
+    const struct cw_k_deltanet_w w = {k->d_conv, k->d_dt, k->d_a, k->d_norm};
+    ok(cw_k_deltanet(c, &kd, &w, d_cs, d_ds, 1, in[0], in[1], in[2], in[3], d_y, &bad, NULL,
+                     &e) != 0 &&
+           strstr(e.msg, "Q8_K copy"),
+       "%s: a copy for q8_0 refused (%s)", name, e.msg);
+    for (int i = 0; i < 2; i++)
+        free(y[i]), free(h[i]), free(ds[i]), free(cs[i]);
+    for (int i = 0; i < 4; i++)
+        cw_cuda_free(c, (void *)in[i]);
+    cw_cuda_free(c, d_y), cw_cuda_free(c, d_h), cw_cuda_free(c, d_cs), cw_cuda_free(c, d_ds);
+    cw_cuda_free(c, d_scr), cw_cuda_free(c, d_xq), cw_cuda_free(c, (void *)W.d_w);
+    free(q), free(m), free(z), free(bl), free(al), free(h0);
 }
 
 /* The shortest call that takes the chunked path (0: none up to 4096). */
@@ -723,8 +817,13 @@ int main(void)
             dn_check_chunked(c, &k, dns[i].name, 512, 0, 0);
             dn_check_chunked(c, &k, dns[i].name, 2048, 0, 0);
         }
-        if (i == 2)
+        if (i == 2) {
             dn_check_chunked(c, &k, dns[i].name, 100, 0, 0); // Hv/Hk = 3
+            dn_check_xq(c, &k, dns[i].name, 1, CW_TYPE_Q4_K);
+            dn_check_xq(c, &k, dns[i].name, 3, CW_TYPE_Q4_K);
+            dn_check_xq(c, &k, dns[i].name, 1, CW_TYPE_Q6_K);
+            dn_check_xq(c, &k, dns[i].name, 2, CW_TYPE_Q5_K);
+        }
         dn_free(c, &k);
     }
 

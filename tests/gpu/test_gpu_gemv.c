@@ -357,7 +357,7 @@ static void check_add_norm(enum cw_qtype type, int64_t n_in, int64_t n_out)
     for (int k = 0; k < 6; k++) {
         const int nt = ntoks[k];
         up(dh, h0, sizeof(float) * n_out * nt);
-        CK(cw_k_matmul_add_norm(C, &W, dx, n_in, nt, dh, n_out, NULL, &nn, scr, &E));
+        CK(cw_k_matmul_add_norm(C, &W, dx, n_in, nt, dh, n_out, NULL, &nn, NULL, scr, &E));
         down(a, dh, sizeof(float) * n_out * nt);
         down(ya, dy, sizeof(float) * n_out * nt);
         up(dh, h0, sizeof(float) * n_out * nt);
