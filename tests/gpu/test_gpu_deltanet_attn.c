@@ -258,12 +258,15 @@ static struct cw_k_deltanet_dims dn_kdims(const struct dn_case *k)
     return kd;
 }
 
-/* One run of n tokens from zero state (one call, token by token), then
- * h += W·y (cw_k_matmul_add_norm, no norm): y's Q8_K copy written by the
- * core for the product (xq) or quantised by the product itself (NULL). */
+/* One run of n tokens from zero state (one call, token by token), y read
+ * back into y, then h += W·y (cw_k_matmul_add_norm, no norm): y's Q8_K copy
+ * written by the core for the product (xq; y on the device is then
+ * poisoned, so that the product can only have read the copy) or quantised
+ * by the product itself (NULL). */
 static int dn_run_xq(struct cw_cuda *c, const struct dn_case *k, const struct cw_k_mat *W,
                      int64_t n, const float *const *in, float *d_cs, float *d_ds, float *d_y,
-                     const struct cw_k_xq_out *xq, float *d_h, const float *h0, void *d_scr)
+                     float *y, const struct cw_k_xq_out *xq, float *d_h, const float *h0,
+                     void *d_scr)
 {
     struct cw_err e = {0};
     const struct cw_k_deltanet_dims kd = dn_kdims(k);
@@ -272,8 +275,14 @@ static int dn_run_xq(struct cw_cuda *c, const struct dn_case *k, const struct cw
     cw_cuda_memset(c, d_ds, 0, (size_t)k->nd * sizeof(float), &e);
     poison(c, d_y, (size_t)(n * k->vd) * sizeof(float));
     put(c, d_h, h0, (size_t)(n * W->n_out) * sizeof(float));
-    if (cw_k_deltanet(c, &kd, &w, d_cs, d_ds, n, in[0], in[1], in[2], in[3], d_y, xq, NULL, &e) ||
-        cw_k_matmul_add_norm(c, W, d_y, k->vd, n, d_h, W->n_out, NULL, NULL,
+    if (cw_k_deltanet(c, &kd, &w, d_cs, d_ds, n, in[0], in[1], in[2], in[3], d_y, xq, NULL, &e)) {
+        printf("not ok - deltanet: %s\n", e.msg);
+        return -1;
+    }
+    get(c, y, d_y, (size_t)(n * k->vd) * sizeof(float));
+    if (xq)
+        poison(c, d_y, (size_t)(n * k->vd) * sizeof(float));
+    if (cw_k_matmul_add_norm(c, W, d_y, k->vd, n, d_h, W->n_out, NULL, NULL,
                              xq ? xq->d_xq : NULL, d_scr, &e)) {
         printf("not ok - deltanet then its product: %s\n", e.msg);
         return -1;
@@ -318,8 +327,7 @@ static void dn_check_xq(struct cw_cuda *c, struct dn_case *k, const char *name, 
     for (int i = 0; i < 2; i++) {
         y[i] = malloc((size_t)(n * k->vd) * sizeof(float)), h[i] = malloc((size_t)(n * R) * 4);
         ds[i] = malloc((size_t)k->nd * sizeof(float)), cs[i] = malloc((size_t)k->ns * sizeof(float));
-        rc |= dn_run_xq(c, k, &W, n, in, d_cs, d_ds, d_y, i ? &xo : NULL, d_h, h0, d_scr);
-        get(c, y[i], d_y, (size_t)(n * k->vd) * sizeof(float));
+        rc |= dn_run_xq(c, k, &W, n, in, d_cs, d_ds, d_y, y[i], i ? &xo : NULL, d_h, h0, d_scr);
         get(c, h[i], d_h, (size_t)(n * R) * sizeof(float));
         get(c, ds[i], d_ds, (size_t)k->nd * sizeof(float));
         get(c, cs[i], d_cs, (size_t)k->ns * sizeof(float));
@@ -332,7 +340,7 @@ static void dn_check_xq(struct cw_cuda *c, struct dn_case *k, const char *name, 
        cw_qtype_name(type), (long long)n);
     ok(!memcmp(h[0], h[1], (size_t)(n * R) * sizeof(float)) &&
            memcmp(h[0], h0, (size_t)(n * R) * sizeof(float)),
-       "%s %s, %lld tokens: the product on the core's copy bit-identical to its own", name,
+       "%s %s, %lld tokens: the product on the core's copy (y poisoned) bit-identical to its own", name,
        cw_qtype_name(type), (long long)n);
     struct cw_err e = {0};
     const struct cw_k_xq_out bad = {d_xq, CW_TYPE_Q8_0};
