@@ -96,11 +96,10 @@ static int mm_add_norm(struct cw_cuda_model *M, struct cw_bseq *s, const struct 
  * fewer, cw_k_xq_plain): the scratch, which the token-by-token core does
  * not use; NULL where that product quantises otherwise. */
 static void *dn_xq(const struct cw_cuda_model *M, const struct cw_bseq *s,
-                   const struct cw_k_deltanet_dims *d, const struct cw_wt *out, int64_t n)
+                   const struct cw_k_deltanet_dims *d, const struct cw_k_mat *W, int64_t n)
 {
-    const struct cw_k_mat W = cw_cuda_mat(out);
-    const size_t per = cw_k_xq_plain(M->c, &W, n);
-    if (!per || !cw_k_deltanet_xq(d, W.type) || cw_k_deltanet_scratch(d, n) ||
+    const size_t per = cw_k_xq_plain(M->c, W, n);
+    if (!per || !cw_k_deltanet_xq(d, W->type) || cw_k_deltanet_scratch(d, n) ||
         (size_t)n * per > s->scratch_bytes)
         return NULL;
     return s->scratch;
@@ -159,8 +158,9 @@ static int deltanet(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_
     float *out[4] = {s->m, s->z, s->beta, s->alpha};
     if (mm_xs(M, s, dn_in(l, in), in, out, n, xin, err))
         return -1;
-    void *xq = M->fold_xq ? dn_xq(M, s, &d, &l->out, n) : NULL;
-    const struct cw_k_xq_out xo = {xq, cw_cuda_mat(&l->out).type};
+    const struct cw_k_mat Wo = cw_cuda_mat(&l->out);
+    void *xq = M->fold_xq ? dn_xq(M, s, &d, &Wo, n) : NULL;
+    const struct cw_k_xq_out xo = {xq, Wo.type};
     if (cw_k_deltanet(M->c, &d, &w, st->conv, st->delta, n, s->m, s->z, s->beta, s->alpha, s->y,
                       xq ? &xo : NULL, s->scratch, err))
         return -1;

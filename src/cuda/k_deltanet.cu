@@ -975,10 +975,31 @@ static int dc_run(struct cw_cuda *c, const dn_args &a, void *d_scratch, struct c
     return 0;
 }
 
+/* cw_k_dispatch functor: norm_xq_kernel for a type whose products read
+ * Q8_K x (kq_q8k), else NULL. */
+namespace {
+struct norm_xq_pick {
+    void (*k)(dn_args, uint8_t *);
+    template <class T>
+    int go()
+    {
+        if constexpr (kq_q8k<T>::ON)
+            k = norm_xq_kernel<T>;
+        return 0;
+    }
+};
+} // namespace
+
+static void (*norm_xq_of(enum cw_qtype t))(dn_args, uint8_t *)
+{
+    norm_xq_pick f = {NULL};
+    cw_k_dispatch(t, f);
+    return f.k;
+}
+
 bool cw_k_deltanet_xq(const struct cw_k_deltanet_dims *d, enum cw_qtype t)
 {
-    return d->d_v == DN_NORM_THREADS && d->n_v_head % 2 == 0 &&
-           (t == CW_TYPE_Q4_K || t == CW_TYPE_Q5_K || t == CW_TYPE_Q6_K);
+    return d->d_v == DN_NORM_THREADS && d->n_v_head % 2 == 0 && norm_xq_of(t);
 }
 
 int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
@@ -1038,10 +1059,7 @@ int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
         return cw_errf(err, CW_ERR_UNSUPPORTED, "k_deltanet: %lld tokens is too many for one launch",
                        (long long)n_tok);
     if (xq) {
-        void (*k)(dn_args, uint8_t *) = xq->type == CW_TYPE_Q4_K   ? norm_xq_kernel<kt_q4_k>
-                                        : xq->type == CW_TYPE_Q5_K ? norm_xq_kernel<kt_q5_k>
-                                                                   : norm_xq_kernel<kt_q6_k>;
-        CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, k,
+        CW_CUDA_TRY(err, cw_launch(c->stream, c->pdl, norm_xq_of(xq->type),
                                    dim3((unsigned)(n_rows / 2 + n_conv_blocks)),
                                    dim3(2 * DN_NORM_THREADS), 0, a, (uint8_t *)xq->d_xq));
         return 0;

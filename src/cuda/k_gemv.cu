@@ -1880,17 +1880,20 @@ static bool xq_once(int nb) { return nb >= XQ_ONCE_NB; }
 static bool xq_once_plain(int nb) { return nb >= XQ_ONCE_PLAIN_NB; }
 
 /* cw_k_dispatch functor: the bytes per token of xq_once's copy for this
- * type and width (0 where it would not quantise once). */
+ * type and width (0 where it would not quantise once); plain: for x given
+ * as it is (xq_once_plain), else for the norm of h. */
 namespace {
 struct xq_query {
     int64_t n_in;
     size_t per_tok;
+    bool plain;
     template <class T>
     int go()
     {
         if constexpr (kq_q8k<T>::ON) {
             const int nb = (int)(n_in / T::QK);
-            if (n_in % T::QK == 0 && xq_once(nb) && (size_t)kq_xq_bytes(nb) <= XS_MAX)
+            if (n_in % T::QK == 0 && (plain ? xq_once_plain(nb) : xq_once(nb)) &&
+                (size_t)kq_xq_bytes(nb) <= XS_MAX)
                 per_tok = (size_t)kq_xq_bytes(nb);
         }
         return 0;
@@ -1903,7 +1906,7 @@ struct xq_query {
  * multi launch's second Q8_K layout (multi_run). */
 static size_t xq_scratch(enum cw_qtype type, int64_t n_in, int64_t n_tok)
 {
-    xq_query q = {n_in, 0};
+    xq_query q = {n_in, 0, false};
     cw_k_dispatch(type, q);
     return 2 * (size_t)n_tok * q.per_tok;
 }
@@ -2464,33 +2467,14 @@ extern "C" int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const fl
                 NULL, err);
 }
 
-/* The kt_ decoder's answer for cw_k_xq_plain: the types whose Q8_K x
- * layout kq_xq_block writes. */
-namespace {
-struct xq_plain_query {
-    int nb;
-    size_t bytes;
-    template <class T>
-    int go()
-    {
-        if constexpr (kq_q8k<T>::ON)
-            if (xq_once_plain(nb) && (size_t)kq_xq_bytes(nb) <= XS_MAX)
-                bytes = (size_t)kq_xq_bytes(nb);
-        return 0;
-    }
-};
-} // namespace
-
 extern "C" size_t cw_k_xq_plain(const struct cw_cuda *c, const struct cw_k_mat *W,
                                 int64_t n_tok)
 {
-    const int qk = cw_k_block_elems(W->type);
-    if (n_tok < 1 || n_tok > CW_K_GEMV_MAX_TOK || qk <= 0 || W->n_in % qk ||
-        !cw_k_q8k(c, W->type, W->n_in, W->n_out))
+    if (n_tok < 1 || n_tok > CW_K_GEMV_MAX_TOK || !cw_k_q8k(c, W->type, W->n_in, W->n_out))
         return 0;
-    xq_plain_query q = {(int)(W->n_in / qk), 0};
+    xq_query q = {W->n_in, 0, true};
     cw_k_dispatch(W->type, q);
-    return q.bytes;
+    return q.per_tok;
 }
 
 extern "C" int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W,
