@@ -1,8 +1,8 @@
 /* debug_dump.c — `cwen debug-dump`: per-op activations of the CPU forward
  * on one prompt, and the first op that diverges from a llama.cpp dump.
  *
- *   cwen debug-dump -m MODEL.gguf -p PROMPT [--ref DUMP.gguf] [--backend cpu]
- *                   [--threshold X] [--threads N]
+ *   cwen debug-dump -m MODEL.gguf (-p PROMPT [--ref DUMP.gguf] | --ref DUMP.gguf)
+ *                   [--backend cpu] [--threshold X] [--threads N]
  *
  * Runs the prompt in one batch through the CPU forward with its tap set
  * (cpu_forward.h) and prints, per op, llama.cpp's name of the tensor, its
@@ -22,7 +22,9 @@
  * that flips at a near-tie of the router (ffn_moe_gate jumps to 0.2-1 while
  * ffn_moe_weights_norm stays small): that is where the two runs part ways,
  * and the first such op is what this reports. The prompt's token ids must
- * equal the dump's (dump.tokens). Lives in tools/ because it needs the
+ * equal the dump's (dump.tokens); without a prompt, the dump's tokens are
+ * run (a dump made from token ids, whose text need not tokenize back to
+ * them). Lives in tools/ because it needs the
  * forward's internals (the tap), not only the backend contract. */
 #include <getopt.h>
 #include <math.h>
@@ -122,13 +124,14 @@ static void on_tap(void *vctx, const char *op, int layer, const float *x, int64_
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: cwen debug-dump -m MODEL.gguf -p PROMPT [--ref DUMP.gguf] [--backend cpu]\n"
-               "                       [--threshold X] [--threads N]\n"
+    fprintf(f, "usage: cwen debug-dump -m MODEL.gguf (-p PROMPT [--ref DUMP.gguf] | --ref DUMP.gguf)\n"
+               "                       [--backend cpu] [--threshold X] [--threads N]\n"
                "Runs PROMPT (special tokens parsed, nothing added) through the CPU forward and\n"
                "prints every op's output: llama.cpp's tensor name, shape, L2 norm, max |x|.\n"
                "  --ref DUMP.gguf  llama.cpp's intermediates of the same file and prompt\n"
                "                   (tests/parity/llama_dump): per-op relative L2 error, and the\n"
-               "                   first op above the threshold (exit status 1)\n"
+               "                   first op above the threshold (exit status 1); without -p,\n"
+               "                   the dump's own tokens are run\n"
                "  --threshold X    relative L2 bound (default %g: above the drift that\n"
                "                   activation rounding flips and f16 attention build up)\n"
                "  --backend cpu    the only backend with a tap so far\n"
@@ -136,10 +139,33 @@ static void usage(FILE *f)
             DEFAULT_THRESHOLD);
 }
 
-/* the prompt's ids, checked against the dump's when there is one */
-static int tokens_of(const struct cw_gguf *g, const struct cw_gguf *ref, const char *prompt,
-                     struct cw_tokens *toks, struct cw_err *err)
+/* the prompt's ids, checked against the dump's when there is one; no
+ * prompt: the dump's ids, each checked against the model's vocabulary */
+static int tokens_of(const struct cw_gguf *g, const struct cw_qwen35_hparams *hp,
+                     const struct cw_gguf *ref, const char *prompt, struct cw_tokens *toks,
+                     struct cw_err *err)
 {
+    const struct cw_gguf_kv *kv = ref ? cw_gguf_find_kv(ref, "dump.tokens") : NULL;
+    if (ref && (!kv || kv->value.type != CW_GGUF_ARRAY || kv->value.arr.type != CW_GGUF_I32))
+        return cw_errf(err, CW_ERR_FORMAT, "debug-dump: %s: no dump.tokens", ref->path);
+    if (!prompt) {
+        const uint64_t n = kv->value.arr.n;
+        if (n == 0 || n > (1u << 20))
+            return cw_errf(err, CW_ERR_FORMAT, "debug-dump: %s: %llu tokens", ref->path,
+                           (unsigned long long)n);
+        if (!(toks->ids = malloc(n * sizeof *toks->ids)))
+            return cw_errf(err, CW_ERR_NOMEM, "debug-dump: out of memory for %llu tokens",
+                           (unsigned long long)n);
+        toks->n = toks->cap = (size_t)n;
+        for (size_t i = 0; i < toks->n; i++) {
+            const int64_t id = cw_gguf_arr_i64(&kv->value, i);
+            if (id < 0 || id >= (int64_t)hp->n_vocab)
+                return cw_errf(err, CW_ERR_FORMAT, "debug-dump: %s: token %lld at %zu outside "
+                               "the vocabulary of %u", ref->path, (long long)id, i, hp->n_vocab);
+            toks->ids[i] = (int32_t)id;
+        }
+        return 0;
+    }
     struct cw_tokenizer tk = {0};
     int rc = cw_tokenizer_load(&tk, g, err);
     rc = rc ? rc : cw_tokenize(&tk, prompt, strlen(prompt), true, toks, err);
@@ -148,9 +174,6 @@ static int tokens_of(const struct cw_gguf *g, const struct cw_gguf *ref, const c
         return rc;
     if (toks->n == 0)
         return cw_errf(err, CW_ERR_INVALID, "debug-dump: empty prompt");
-    const struct cw_gguf_kv *kv = cw_gguf_find_kv(ref, "dump.tokens");
-    if (!kv || kv->value.type != CW_GGUF_ARRAY || kv->value.arr.type != CW_GGUF_I32)
-        return cw_errf(err, CW_ERR_FORMAT, "debug-dump: %s: no dump.tokens", ref->path);
     bool same = kv->value.arr.n == toks->n;
     for (size_t i = 0; same && i < toks->n; i++)
         same = cw_gguf_arr_i64(&kv->value, i) == toks->ids[i];
@@ -184,7 +207,7 @@ int cw_cmd_debug_dump(int argc, char **argv)
         default: usage(stderr); return 2;
         }
     }
-    if (!model || !prompt || optind != argc || n_threads < 1 || !(threshold > 0)) {
+    if (!model || (!prompt && !ref_path) || optind != argc || n_threads < 1 || !(threshold > 0)) {
         usage(stderr);
         return 2;
     }
@@ -205,7 +228,7 @@ int cw_cmd_debug_dump(int argc, char **argv)
     int rc = cw_gguf_open(&g, model, &err);
     rc = rc ? rc : ref_path ? cw_gguf_open(&ref, ref_path, &err) : 0;
     rc = rc ? rc : cw_qwen35_hparams_load(&g, &hp, &err);
-    rc = rc ? rc : tokens_of(&g, ref_path ? &ref : NULL, prompt, &toks, &err);
+    rc = rc ? rc : tokens_of(&g, &hp, ref_path ? &ref : NULL, prompt, &toks, &err);
     rc = rc ? rc : cw_qwen35_bind(&w, &g, &hp, &err);
     rc = rc ? rc : cw_pool_init(&pool, n_threads, &err);
     rc = rc ? rc : cw_cpu_model_init(&m, &w, &pool, (int64_t)toks.n, &err);

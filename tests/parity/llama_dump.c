@@ -2,10 +2,11 @@
  * a GGUF of F32 tensors for `cwen debug-dump --ref` (tests-side tool: it
  * links llama.cpp, which the product never does).
  *
- *   llama_dump -m MODEL.gguf -p PROMPT -o DUMP.gguf [--scale NAME X]
+ *   llama_dump -m MODEL.gguf (-p PROMPT | -t ID,ID,...) -o DUMP.gguf [--scale NAME X]
  *
  * Runs the prompt (tokenized by llama.cpp, special tokens parsed, nothing
- * added) in one batch with logits for every row, so no layer is reduced to
+ * added; or the token ids given, for tokens whose text would not come back
+ * as the same ids) in one batch with logits for every row, so no layer is reduced to
  * the last row, and captures every F32/I32 tensor the evaluation callback
  * (cb_eval) sees, under llama.cpp's names (attn_norm-0, ...). A name seen
  * twice (Kcur: raw, then roped) keeps its first tensor. The token ids go in
@@ -79,21 +80,49 @@ static bool on_eval(struct ggml_tensor *t, bool ask, void *ud)
     return true;
 }
 
+/* "ID,ID,..." into a new array of ids below n_vocab; their count, or -1 */
+static int32_t ids_parse(const char *s, int32_t n_vocab, int32_t **out)
+{
+    int32_t n = 1, k = 0;
+    for (const char *p = s; *p; p++)
+        n += *p == ',';
+    int32_t *v = malloc((size_t)n * sizeof *v);
+    if (!v)
+        return -1;
+    for (const char *p = s;; p++) {
+        char *end;
+        long x = strtol(p, &end, 10);
+        if (end == p || x < 0 || x >= n_vocab || (*end != ',' && *end != 0)) {
+            free(v);
+            return -1;
+        }
+        v[k++] = (int32_t)x;
+        if (!*end)
+            break;
+        p = end;
+    }
+    *out = v;
+    return k;
+}
+
 static int usage(void)
 {
-    fprintf(stderr, "usage: llama_dump -m MODEL.gguf -p PROMPT -o DUMP.gguf [--scale NAME X]\n");
+    fprintf(stderr,
+            "usage: llama_dump -m MODEL.gguf (-p PROMPT | -t ID,ID,...) -o DUMP.gguf [--scale NAME X]\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
-    const char *model_path = NULL, *prompt = NULL, *out = NULL, *scale_name = NULL;
+    const char *model_path = NULL, *prompt = NULL, *ids = NULL, *out = NULL, *scale_name = NULL;
     double scale = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc)
             model_path = argv[++i];
         else if (!strcmp(argv[i], "-p") && i + 1 < argc)
             prompt = argv[++i];
+        else if (!strcmp(argv[i], "-t") && i + 1 < argc)
+            ids = argv[++i];
         else if (!strcmp(argv[i], "-o") && i + 1 < argc)
             out = argv[++i];
         else if (!strcmp(argv[i], "--scale") && i + 2 < argc)
@@ -101,7 +130,7 @@ int main(int argc, char **argv)
         else
             return usage();
     }
-    if (!model_path || !prompt || !out)
+    if (!model_path || !prompt == !ids || !out)
         return usage();
     char libdir[1024];
     snprintf(libdir, sizeof libdir, "%s/cpu/package/bins/linux-x64", oracle_dir());
@@ -117,9 +146,16 @@ int main(int argc, char **argv)
         return 1;
     }
     const struct llama_vocab *vocab = llama_model_get_vocab(model);
-    int32_t len = (int32_t)strlen(prompt);
-    int32_t *toks = malloc(((size_t)len + 8) * sizeof *toks);
-    int32_t n = toks ? llama_tokenize(vocab, prompt, len, toks, len + 8, false, true) : -1;
+    int32_t n = -1, *toks = NULL;
+    if (prompt) {
+        int32_t len = (int32_t)strlen(prompt);
+        toks = malloc(((size_t)len + 8) * sizeof *toks);
+        n = toks ? llama_tokenize(vocab, prompt, len, toks, len + 8, false, true) : -1;
+    } else if ((n = ids_parse(ids, llama_vocab_n_tokens(vocab), &toks)) < 0) {
+        fprintf(stderr, "llama_dump: bad token ids '%s' (decimal, comma-separated, below %d)\n",
+                ids, llama_vocab_n_tokens(vocab));
+        return 1;
+    }
     if (n <= 0) {
         fprintf(stderr, "llama_dump: cannot tokenize the prompt (%d)\n", n);
         return 1;

@@ -7,7 +7,9 @@
  *   - the dump with one tensor scaled by 1.5 (attn_post_norm-1, mid-model):
  *     exit status 1 and exactly that tensor named as the first divergent op
  *     (its rel err is 0.5; every op before it agrees as in the first run);
- *   - a prompt whose tokens differ from the dump's is refused (status 2). */
+ *   - a prompt whose tokens differ from the dump's is refused (status 2);
+ *   - a dump of token ids (llama_dump -t) runs without a prompt, its own
+ *     tokens, with no divergence; bad ids and no prompt nor dump are refused. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +82,25 @@ int main(void)
     snprintf(cmd, sizeof cmd, "'%s' debug-dump -m '%s' -p 'something else' --ref '%s' 2>&1", bin, model, ref);
     st = run(cmd, out, sizeof out);
     ok(st == 2 && strstr(out, "differ"), "a prompt other than the dump's is refused (%d: %.200s)", st, out);
-    remove(model), remove(ref), remove(bad);
+    /* a dump of token ids (llama_dump -t), run without a prompt: its own
+     * tokens, which need not be text that tokenizes back to them */
+    char ids[512];
+    snprintf(ids, sizeof ids, "%s/dbgdump-ids.gguf", tmp);
+    snprintf(cmd, sizeof cmd, "'%s' -m '%s' -t 151643,9707,30,0 -o '%s' >/dev/null", dump, model,
+             ids);
+    ok(system(cmd) == 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "'%s' debug-dump -m '%s' --ref '%s'", bin, model, ids);
+    st = run(cmd, out, sizeof out);
+    ok(st == 0 && strstr(out, ": 4 tokens, ") && strstr(out, "\nno divergence\n"),
+       "debug-dump without a prompt runs the dump's 4 tokens, no divergence (%d)", st);
+    snprintf(cmd, sizeof cmd, "'%s' -m '%s' -t 9707,x -o '%s' 2>&1", dump, model, ids);
+    st = run(cmd, out, sizeof out);
+    ok(st == 1 && strstr(out, "bad token ids"), "llama_dump refuses bad token ids (%d: %.200s)", st,
+       out);
+    snprintf(cmd, sizeof cmd, "'%s' debug-dump -m '%s' 2>&1", bin, model);
+    st = run(cmd, out, sizeof out);
+    ok(st == 2 && strstr(out, "usage"), "debug-dump without a prompt or a dump is refused (%d)",
+       st);
+    remove(model), remove(ref), remove(bad), remove(ids);
     return done();
 }

@@ -31,9 +31,10 @@
  *     exceeds 2 % of the row's max |logit| (about twice the table's worst
  *     mismatch margin), and most positions (>= 55 %) clear that margin, so
  *     the check is not vacuous.
- * The real-width file has a looser row-0 bound, a wider margin, generated
- * "hot" tokens that make most rows clear it, and the same checks against
- * llama.cpp run token by token, all justified at their definitions. */
+ * The real-width files (the 35B-A3B's and the 27B's widths over 4 layers)
+ * have a looser row-0 bound, a wider margin, generated "hot" tokens that
+ * make most rows clear it, the same checks against llama.cpp run token by
+ * token, and row 0 compared op by op, all justified at their definitions. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,7 +122,16 @@ static double now_s(void)
  *     of rows above 6 % and one mismatch above it in ~500 rows).
  * Both comparisons get these checks: the batched one is how users run, the
  * token-by-token one is llama.cpp in cwen's mode (and must match row 0 to
- * float rounding, ROW0_REL, as cwen is batch-invariant). */
+ * float rounding, ROW0_REL, as cwen is batch-invariant: op by op up to its
+ * first rounding of an activation that falls the other way, row0_ops says
+ * why).
+ * The 27B-width file (`--preset 27b --layers 4 --vocab-size 151936`, MTP;
+ * the same std and hot tokens), measured: cwen vs llama.cpp batched / token
+ * by token / llama.cpp against itself mean 0.0285 / 0.0284 / 0.0228, max
+ * 0.079 / 0.067 / 0.081, 100 of 128 rows clear 6 % with no mismatch, the
+ * widest mismatch at 1.56 (1.6 % of max |logit|); row 0 token by token 8e-3
+ * apart after an 8-bit rounding at ffn_out-2 (op by op: 41 ops within 2.3e-6
+ * before it); the MTP block's row 0 3.6e-7, max 0.036. The same bounds. */
 #define STD_WIDE "0.05"
 #define HOT_WIDE "--hot-tokens 16 --hot-scale 8"
 #define ROW0_REL_WIDE 0.05
@@ -201,6 +211,94 @@ static void print_stats(const char *what, const struct stats *s)
          s->clear_mismatch, s->worst_mismatch_margin);
 }
 
+/* Whether op (llama.cpp's name less its "-layer") is where a rounding of
+ * an activation first shows: the output of a product on a row quantised to
+ * 8 bits, or attention's (its K and V rounded to f16 in both caches). */
+static bool rounding_op(const char *op)
+{
+    static const char *const names[] = {
+        "linear_attn_qkv_mixed", "z",            "beta",        "alpha",
+        "linear_attn_out",       "Qcur_full",    "Kcur",        "Vcur",
+        "attn_output",           "ffn_gate",     "ffn_up",      "ffn_out",
+        "ffn_moe_logits",        "ffn_moe_gate", "ffn_moe_up",  "ffn_moe_down",
+        "ffn_shexp",             "shared_expert_gate",          "result_output",
+        "attn_gated",
+    };
+    char base[128];
+    snprintf(base, sizeof base, "%s", op);
+    char *dash = strrchr(base, '-');
+    if (dash && dash[1] >= '0' && dash[1] <= '9')
+        *dash = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(base, names[i]))
+            return true;
+    return false;
+}
+
+/* Row 0 op by op (the real-width files). Row 0 has one key, so cwen and
+ * llama.cpp token by token differ by float rounding only (~1e-6) until a
+ * rounding decision of some activation falls the other way, and at real
+ * widths that happens on row 0 too. With the test's token, on the
+ * 27B-width file 41 ops agree within 2.3e-6, then ffn_out-2 is 2.8e-4 apart
+ * (an element of its 8-bit activations on the other side of a rounding
+ * boundary: one quantum times a weight column; with the token "Hello" the
+ * same at ffn_gate-0, 4.2e-4) and the logits end 8e-3 apart; on the
+ * 35B-width file 71 ops agree within 2.9e-6, then attn_gated-3 is 2.1e-5
+ * apart, the size of one element of layer 3's V rounded to the next f16
+ * value (2^-11 of it, over the row's 512 values). So the float-rounding
+ * claim is checked where it holds: llama_dump runs tok alone, `cwen
+ * debug-dump --ref` compares every op, and the first op beyond ROW0_REL, if
+ * any, is one where such a rounding shows (rounding_op): an op of cwen's
+ * own that went wrong would be the first instead. Returns 1 if there is one
+ * (then the logits' row 0 is held to ROW0_REL_WIDE, the drift a rounding
+ * starts), 0 if none (then to ROW0_REL), -1 if it did not run. */
+static int row0_ops(const char *bin, const char *path, int32_t tok)
+{
+    const char *dump = test_env("CWEN_LLAMA_DUMP", "llama_dump");
+    char ref[1200], cmd[4096];
+    snprintf(ref, sizeof ref, "%s.row0.gguf", path);
+    snprintf(cmd, sizeof cmd, "'%s' -m '%s' -t %d -o '%s' >/dev/null 2>&1", dump, path, tok, ref);
+    if (system(cmd) != 0) {
+        ok(0, "%s", cmd);
+        return -1;
+    }
+    snprintf(cmd, sizeof cmd, "'%s' debug-dump -m '%s' --ref '%s'", bin, path, ref);
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+        ok(0, "%s", cmd);
+        remove(ref);
+        return -1;
+    }
+    char line[512], name[128], first[128] = "";
+    int n_ops = 0;
+    double worst = 0, e_first = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *r = strstr(line, " rel err ");
+        double e;
+        if (first[0] || line[0] == '#' || !r || sscanf(line, "%127s", name) != 1 ||
+            sscanf(r + 9, "%lf", &e) != 1)
+            continue; /* past the first rounding: the two runs part ways */
+        if (e > ROW0_REL) {
+            snprintf(first, sizeof first, "%s", name);
+            e_first = e;
+        } else {
+            n_ops++;
+            worst = e > worst ? e : worst;
+        }
+    }
+    pclose(f);
+    remove(ref);
+    if (first[0])
+        note("  row 0 op by op (token %d): %d ops within %.2g, then %s at %.3g", tok, n_ops,
+             worst, first, e_first);
+    else
+        note("  row 0 op by op (token %d): all %d ops within %.2g", tok, n_ops, worst);
+    ok(n_ops >= 20, "%s: row 0 op by op: %d ops compared (debug-dump ran)", path, n_ops);
+    ok(!first[0] || rounding_op(first), "%s: row 0 op by op: the first op beyond %g, %s, is one "
+       "where an activation's rounding shows", path, ROW0_REL, first[0] ? first : "-");
+    return first[0] ? 1 : 0;
+}
+
 /* llama.cpp: decodes toks[0..n) at positions pos0.. and copies all n logit rows */
 static int llama_run(struct llama_context *ctx, struct llama_batch *b, const int32_t *toks,
                      int n, int pos0, float *out, int64_t V)
@@ -272,7 +370,7 @@ static void mtp_file(const char *path, struct llama_model *lm, struct cw_cpu_mod
         llama_free(mc);
 }
 
-static void run_file(const char *path, struct cw_pool *pool, bool wide)
+static void run_file(const char *bin, const char *path, struct cw_pool *pool, bool wide)
 {
     note("%s", path);
     double t0 = now_s();
@@ -370,8 +468,13 @@ static void run_file(const char *path, struct cw_pool *pool, bool wide)
         /* llama.cpp token by token is cwen's mode, and row 0 has no attention
          * difference: float rounding only, on every file */
         double row0_tok = strstr(path, "bf16") ? ROW0_REL_BF16 : ROW0_REL;
-        ok(vt.rel0 <= row0_tok, "%s: row 0 vs llama.cpp token by token %.3g <= %g", path,
-           vt.rel0, row0_tok);
+        const int flip0 = wide ? row0_ops(bin, path, toks[0]) : 0;
+        if (flip0 == 0)
+            ok(vt.rel0 <= row0_tok, "%s: row 0 vs llama.cpp token by token %.3g <= %g", path,
+               vt.rel0, row0_tok);
+        else if (flip0 == 1) /* past a rounding (op by op above): the batched bound */
+            ok(vt.rel0 <= ROW0_REL_WIDE, "%s: row 0 vs llama.cpp token by token %.3g <= %g "
+               "(past a rounding of an activation)", path, vt.rel0, ROW0_REL_WIDE);
         if (wide) { /* the other bounds as for the batched comparison */
             ok(vt.max_rel <= MAX_REL && vt.mean_rel <= bound, "%s: vs llama.cpp token by token: "
                "max row-relative error %.3g <= %.2f, mean %.3g <= %.3g", path, vt.max_rel, MAX_REL,
@@ -424,6 +527,8 @@ int main(void)
         {"tiny-dense", "q8_0", 0, ""},   {"tiny-dense", "bf16", 1, ""},
         /* the real 35B-A3B widths over 4 layers + MTP, Qwen3's vocabulary (2.6 GB) */
         {"35b-a3b", "q4_k_m", 1, "--layers 4 --vocab-size 151936"},
+        /* the real 27B widths likewise (E 5120, FFN 17408, DeltaNet 16 k / 48 v heads) */
+        {"27b", "q4_k_m", 1, "--layers 4 --vocab-size 151936"},
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char path[1200], cmd[4096], tag[128];
@@ -439,7 +544,7 @@ int main(void)
         int rc = system(cmd);
         ok(rc == 0, "%s", cmd);
         if (rc == 0)
-            run_file(path, &pool, wide);
+            run_file(bin, path, &pool, wide);
         remove(path);
     }
     cw_pool_free(&pool);
