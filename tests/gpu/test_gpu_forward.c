@@ -36,8 +36,9 @@
  *     quantisation error, which is the number that matters).
  *   top-1: the device's argmax equals the twin's wherever the twin's top-2
  *     margin exceeds 8·TWIN_BOUND·rms(row) (at least 3/4 of the rows must),
- *     and the CPU's wherever the CPU's margin exceeds 4·(the row's allowed
- *     gpu-cpu error)·rms(row). How many rows clear that second margin is
+ *     and the CPU's wherever the CPU's margin exceeds top1_k(rows)·(the row's
+ *     allowed gpu-cpu error)·rms(row) (top1_k: about 6; it says why). How
+ *     many rows clear that second margin is
  *     printed, not asserted: the CPU's activation quantisation, measured on
  *     these files, is ~1e-2 (bf16, dense) to 1e-1 and more per row (MoE: an
  *     8-bit rounding that flips one expert choice changes the token's
@@ -350,6 +351,40 @@ static float top2_margin(const float *x, int64_t n)
     return a - b;
 }
 
+/* The top-2 margin, in units of a row's per-logit error, past which the
+ * argmax must not move. A row's relative error e (||a − b|| / ||b||) is a
+ * per-logit error of σ = e·rms(b); the files' LM heads are random, so each
+ * logit's error is the hidden state's error projected on an independent
+ * row, Gaussian over the vocabulary, and the top two swap only where the
+ * difference of their two errors, N(0, 2σ²), exceeds the margin. A margin of
+ * √2·z·σ with Φc(z) = TOP1_FALSE / rows lets a correct forward fail a check
+ * of that many rows with probability about TOP1_FALSE: z = 4.32, a factor
+ * 6.1 on σ at 128 rows. A factor of 4 lets up to 0.23% of the rows that
+ * clear it flip: the 27B-width file, 2e-2 a row from 8-bit roundings that
+ * the DeltaNet state carries on, missed at 1 of 91 (H200, 2026-12-04d). The model holds
+ * on the CPU's own rounding, cpu against the f32 twin (docs/perf/h200.md,
+ * 2026-12-04e): over 160 tiny files of four kinds (20,480 rows) 2,904 flips
+ * where Φc of the top-2 margin predicts 2,286 and its sum over every
+ * competitor 4,089, none past z = 3.64 (6,764 rows past 4.32); over five
+ * 27B-width files (640 rows) 93 where 72 and 104, none past z = 2.28. A
+ * kernel that moves the top logits by more than its row's error still
+ * fails it. */
+#define TOP1_FALSE 1e-3
+
+static double top1_k(int64_t rows)
+{
+    const double p = TOP1_FALSE / (double)rows;
+    double lo = 0.0, hi = 40.0; /* 0.5·erfc(z/√2) = p, by bisection */
+    for (int i = 0; i < 100; i++) {
+        const double z = 0.5 * (lo + hi);
+        if (0.5 * erfc(z / sqrt(2.0)) > p)
+            lo = z;
+        else
+            hi = z;
+    }
+    return sqrt(2.0) * hi;
+}
+
 struct rows_err {
     double *gc, *gt, *tc; /* per row: gpu-cpu, gpu-twin, twin-cpu */
 };
@@ -395,6 +430,7 @@ static void compare_f32(const char *what, const float *gpu, const int32_t *gpu_a
 {
     struct rows_err e;
     measure(&e, gpu, cpu, twin, rows, V);
+    const double k = top1_k(rows);
     int64_t bad_t = 0, bad_c = 0, clear_t = 0, clear_c = 0, top1_bad_t = 0, top1_bad_c = 0;
     for (int64_t r = 0; r < rows; r++) {
         const float *c = cpu + r * V, *t = twin + r * V;
@@ -406,16 +442,16 @@ static void compare_f32(const char *what, const float *gpu, const int32_t *gpu_a
             clear_t++;
             top1_bad_t += ga != argmax_of(t, V);
         }
-        if (top2_margin(c, V) > 4.0 * allow * rms(c, V)) {
+        if (top2_margin(c, V) > k * allow * rms(c, V)) {
             clear_c++;
             top1_bad_c += ga != argmax_of(c, V);
         }
     }
     note("%s: per row gpu-twin max %.2e mean %.2e; gpu-cpu max %.2e; the cpu's activation "
          "quantisation (twin-cpu) max %.2e mean %.2e; top-2 margin cleared at %lld (twin) and "
-         "%lld (cpu) of %lld rows", what, vmax(e.gt, rows), vmean(e.gt, rows), vmax(e.gc, rows),
-         vmax(e.tc, rows), vmean(e.tc, rows), (long long)clear_t, (long long)clear_c,
-         (long long)rows);
+         "%lld (cpu, %.1f sigma) of %lld rows", what, vmax(e.gt, rows), vmean(e.gt, rows),
+         vmax(e.gc, rows), vmax(e.tc, rows), vmean(e.tc, rows), (long long)clear_t,
+         (long long)clear_c, k, (long long)rows);
     ok(bad_t == 0, "%s: %lld rows with gpu-twin > %.0e (max %.2e)", what, (long long)bad_t,
        TWIN_BOUND, vmax(e.gt, rows));
     ok(bad_c == 0, "%s: %lld rows with gpu-cpu beyond twin-cpu + %.1e (max %.2e)", what,
@@ -435,7 +471,7 @@ static void compare_f32(const char *what, const float *gpu, const int32_t *gpu_a
  * 8-bit activations, on average and in the worst row (per row is not a
  * bound here: that rounding flips an expert choice now and then, as the
  * CPU's rounding does more often); top-1 equals the CPU's wherever the
- * CPU's margin exceeds 4·(both sides' measured distance from the twin).
+ * CPU's margin exceeds top1_k·(both sides' measured distance from the twin).
  * With hyb (matrices on Q8_K x), the decode steps after the prompt also
  * round x for those matrices as the CPU does, so the allowance adds their
  * measured rounding (hyb-twin, mean and worst row) to the CPU's: the two
@@ -445,21 +481,22 @@ static void compare_gemm(const char *what, const float *gpu, const float *cpu,
 {
     struct rows_err e;
     measure(&e, gpu, cpu, twin, rows, V);
+    const double k = top1_k(rows);
     double *ht = calloc((size_t)rows, sizeof(double));
     int64_t clear = 0, top1_bad = 0;
     for (int64_t r = 0; r < rows; r++) {
         if (hyb)
             ht[r] = rel_row(hyb + r * V, twin + r * V, V);
         const float *c = cpu + r * V;
-        if (top2_margin(c, V) > 4.0 * (e.tc[r] + e.gt[r]) * rms(c, V)) {
+        if (top2_margin(c, V) > k * (e.tc[r] + e.gt[r]) * rms(c, V)) {
             clear++;
             top1_bad += argmax_of(gpu + r * V, V) != argmax_of(c, V);
         }
     }
     note("%s: per row gpu-twin max %.2e mean %.2e; gpu-cpu max %.2e mean %.2e; twin-cpu max "
-         "%.2e mean %.2e; %lld of %lld rows clear the top-2 margin", what, vmax(e.gt, rows),
-         vmean(e.gt, rows), vmax(e.gc, rows), vmean(e.gc, rows), vmax(e.tc, rows),
-         vmean(e.tc, rows), (long long)clear, (long long)rows);
+         "%.2e mean %.2e; %lld of %lld rows clear the top-2 margin (%.1f sigma)", what,
+         vmax(e.gt, rows), vmean(e.gt, rows), vmax(e.gc, rows), vmean(e.gc, rows), vmax(e.tc, rows),
+         vmean(e.tc, rows), (long long)clear, (long long)rows, k);
     const double mean_ok = vmean(e.tc, rows) + vmean(ht, rows);
     const double max_ok = vmax(e.tc, rows) + vmax(ht, rows);
     ok(vmean(e.gt, rows) <= mean_ok && vmax(e.gt, rows) <= max_ok,
@@ -480,26 +517,27 @@ static void compare_gemm(const char *what, const float *gpu, const float *cpu,
  * of the roundings by which hyb differs from the f32 twin, so gpu-hyb stays
  * within hyb-twin (the whole rounding of those matrices), on average and in
  * the worst row; top-1 equals the CPU's wherever the CPU's margin exceeds
- * 4·(gpu-hyb + hyb-cpu) of the row. */
+ * top1_k·(gpu-hyb + hyb-cpu) of the row. */
 static void compare_q8k(const char *what, const float *gpu, const float *cpu, const float *hyb,
                         const float *twin, int64_t rows, int64_t V)
 {
     struct rows_err e; /* gt: gpu-hyb, tc: hyb-cpu */
     measure(&e, gpu, cpu, hyb, rows, V);
+    const double k = top1_k(rows);
     double *ht = malloc((size_t)rows * sizeof(double));
     int64_t clear = 0, top1_bad = 0;
     for (int64_t r = 0; r < rows; r++) {
         const float *c = cpu + r * V;
         ht[r] = rel_row(hyb + r * V, twin + r * V, V);
-        if (top2_margin(c, V) > 4.0 * (e.tc[r] + e.gt[r]) * rms(c, V)) {
+        if (top2_margin(c, V) > k * (e.tc[r] + e.gt[r]) * rms(c, V)) {
             clear++;
             top1_bad += argmax_of(gpu + r * V, V) != argmax_of(c, V);
         }
     }
     note("%s: per row gpu-hyb max %.2e mean %.2e; hyb-twin (the Q8_K matrices' rounding) max "
          "%.2e mean %.2e; gpu-cpu max %.2e; hyb-cpu max %.2e; %lld of %lld rows clear the top-2 "
-         "margin", what, vmax(e.gt, rows), vmean(e.gt, rows), vmax(ht, rows), vmean(ht, rows),
-         vmax(e.gc, rows), vmax(e.tc, rows), (long long)clear, (long long)rows);
+         "margin (%.1f sigma)", what, vmax(e.gt, rows), vmean(e.gt, rows), vmax(ht, rows),
+         vmean(ht, rows), vmax(e.gc, rows), vmax(e.tc, rows), (long long)clear, (long long)rows, k);
     ok(vmean(e.gt, rows) <= vmean(ht, rows) && vmax(e.gt, rows) <= vmax(ht, rows),
        "%s: gpu-hyb (mean %.2e, max %.2e) within hyb-twin (mean %.2e, max %.2e)", what,
        vmean(e.gt, rows), vmax(e.gt, rows), vmean(ht, rows), vmax(ht, rows));
@@ -812,6 +850,10 @@ int main(void)
     check_model(c, "35b-a3b-4layers-q4km-mtp",
                 "--preset 35b-a3b --layers 4 --vocab-size 151936 --mix q4_k_m --seed 8", &pool,
                 true);
+    /* the 27B's widths: x quantised once for a product (Q8_K copies from
+     * xq_kernel, xqn and the DeltaNet core), Q6_K and Q4_K in one mixer */
+    check_model(c, "27b-4layers-q4km-mtp",
+                "--preset 27b --layers 4 --vocab-size 151936 --mix q4_k_m --seed 9", &pool, true);
     if (!strcmp(test_env("CWEN_GPU_BENCH", "0"), "1"))
         bench(c);
     cw_cuda_close(c);
