@@ -24,8 +24,8 @@
  * and the first such op is what this reports. The prompt's token ids must
  * equal the dump's (dump.tokens); without a prompt, the dump's tokens are
  * run (a dump made from token ids, whose text need not tokenize back to
- * them). Lives in tools/ because it needs the
- * forward's internals (the tap), not only the backend contract. */
+ * them). Lives in tools/ because it needs the forward's internals (the
+ * tap), not only the backend contract. */
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>

@@ -38,12 +38,12 @@
  *     margin exceeds 8·TWIN_BOUND·rms(row) (at least 3/4 of the rows must),
  *     and the CPU's wherever the CPU's margin exceeds top1_k(rows)·(the row's
  *     allowed gpu-cpu error)·rms(row) (top1_k: about 6; it says why). How
- *     many rows clear that second margin is
- *     printed, not asserted: the CPU's activation quantisation, measured on
- *     these files, is ~1e-2 (bf16, dense) to 1e-1 and more per row (MoE: an
- *     8-bit rounding that flips one expert choice changes the token's
- *     output, and attention and the DeltaNet state carry it on), so few rows
- *     of the MoE files clear a margin that size.
+ *     many rows clear that second margin is printed, not asserted: the
+ *     CPU's activation quantisation, measured on these files, is ~1e-2
+ *     (bf16, dense) to 1e-1 and more per row (MoE: an 8-bit rounding that
+ *     flips one expert choice changes the token's output, and attention and
+ *     the DeltaNet state carry it on), so few rows of the MoE files clear a
+ *     margin that size.
  * The chunks-of-7 pass of a file with matrices on Q8_K x: gpu-hyb within
  * hyb-twin, mean and worst row, and top-1 as below (compare_q8k says why
  * not per row). The one-call pass (GEMM) is held to the CPU's own distance
@@ -361,14 +361,14 @@ static float top2_margin(const float *x, int64_t n)
  * of that many rows with probability about TOP1_FALSE: z = 4.32, a factor
  * 6.1 on σ at 128 rows. A factor of 4 lets up to 0.23% of the rows that
  * clear it flip: the 27B-width file, 2e-2 a row from 8-bit roundings that
- * the DeltaNet state carries on, missed at 1 of 91 (H200, 2026-12-04d). The model holds
- * on the CPU's own rounding, cpu against the f32 twin (docs/perf/h200.md,
- * 2026-12-04e): over 160 tiny files of four kinds (20,480 rows) 2,904 flips
- * where Φc of the top-2 margin predicts 2,286 and its sum over every
- * competitor 4,089, none past z = 3.64 (6,764 rows past 4.32); over five
- * 27B-width files (640 rows) 93 where 72 and 104, none past z = 2.28. A
- * kernel that moves the top logits by more than its row's error still
- * fails it. */
+ * the DeltaNet state carries on, missed at 1 of 91 (H200, 2026-12-04d).
+ * The model holds on the CPU's own rounding, cpu against the f32 twin
+ * (docs/perf/h200.md, 2026-12-04e): over 160 tiny files of four kinds
+ * (20,480 rows) 2,904 flips where Φc of the top-2 margin predicts 2,286
+ * and its sum over every competitor 4,089, none past z = 3.64 (6,764 rows
+ * past 4.32); over five 27B-width files (640 rows) 93 where 72 and 104,
+ * none past z = 2.28. A kernel that moves the top logits by more than
+ * that margin still fails it. */
 #define TOP1_FALSE 1e-3
 
 static double top1_k(int64_t rows)

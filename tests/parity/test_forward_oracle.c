@@ -466,7 +466,8 @@ static void run_file(const char *bin, const char *path, struct cw_pool *pool, bo
         ok(cw.n_clear >= min_clear * N_ROWS, "%s: %d of %d positions (>= %.0f%%) clear the margin",
            path, cw.n_clear, N_ROWS, 100 * min_clear);
         /* llama.cpp token by token is cwen's mode, and row 0 has no attention
-         * difference: float rounding only, on every file */
+         * difference: float rounding only, on every file (on the real-width
+         * ones up to the first rounding of an activation: row0_ops) */
         double row0_tok = strstr(path, "bf16") ? ROW0_REL_BF16 : ROW0_REL;
         const int flip0 = wide ? row0_ops(bin, path, toks[0]) : 0;
         if (flip0 == 0)
