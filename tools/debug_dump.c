@@ -151,8 +151,8 @@ static int tokens_of(const struct cw_gguf *g, const struct cw_qwen35_hparams *hp
     if (!prompt) {
         const uint64_t n = kv->value.arr.n;
         if (n == 0 || n > (1u << 20))
-            return cw_errf(err, CW_ERR_FORMAT, "debug-dump: %s: %llu tokens", ref->path,
-                           (unsigned long long)n);
+            return cw_errf(err, CW_ERR_FORMAT, "debug-dump: %s: dump.tokens holds %llu tokens "
+                           "(1 to %u run)", ref->path, (unsigned long long)n, 1u << 20);
         if (!(toks->ids = malloc(n * sizeof *toks->ids)))
             return cw_errf(err, CW_ERR_NOMEM, "debug-dump: out of memory for %llu tokens",
                            (unsigned long long)n);
