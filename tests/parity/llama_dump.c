@@ -8,9 +8,9 @@
  * added; or the token ids given, for tokens whose text would not come back
  * as the same ids) in one batch with logits for every row, so no layer is
  * reduced to the last row, and captures every F32/I32 tensor the
- * evaluation callback (cb_eval) sees, under llama.cpp's names (attn_norm-0,
- * ...). A name seen twice (Kcur: raw, then roped) keeps its first tensor. The token ids go in
- * the key dump.tokens. --scale multiplies one tensor by X before writing: a
+ * evaluation callback (cb_eval) sees, under llama.cpp's names
+ * (attn_norm-0, ...). A name seen twice (Kcur: raw, then roped) keeps its
+ * first tensor. The token ids go in the key dump.tokens. --scale multiplies one tensor by X before writing: a
  * planted divergence for the tests of debug-dump. */
 #include <stdint.h>
 #include <stdio.h>

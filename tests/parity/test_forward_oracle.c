@@ -130,8 +130,8 @@ static double now_s(void)
  * by token / llama.cpp against itself mean 0.0285 / 0.0284 / 0.0228, max
  * 0.079 / 0.067 / 0.081, 100 of 128 rows clear 6 % with no mismatch, the
  * widest mismatch at 1.56 (1.6 % of max |logit|); row 0 token by token 8e-3
- * apart after an 8-bit rounding at ffn_out-2 (op by op: 41 ops within 2.3e-6
- * before it); the MTP block's row 0 3.6e-7, max 0.036. The same bounds. */
+ * apart after an 8-bit rounding (row0_ops); the MTP block's row 0 3.6e-7,
+ * max 0.036. The same bounds. */
 #define STD_WIDE "0.05"
 #define HOT_WIDE "--hot-tokens 16 --hot-scale 8"
 #define ROW0_REL_WIDE 0.05
