@@ -166,7 +166,11 @@ static void test_random_blocks(void)
         uint8_t *wq = malloc(rb);
         float *x = malloc(n * sizeof(float));
         void *xq = malloc(cw_cpu_act_bytes(t, n));
-        int same = 1;
+        int same = 1, same4 = 1;
+        cw_vec_dot4_fn dot4 = cw_cpu_vec_dot4_fn(t, best);
+        void *xq4[4];
+        for (int i = 0; i < 4; i++)
+            xq4[i] = malloc(cw_cpu_act_bytes(t, n));
         for (int rep = 0; rep < 200; rep++) {
             for (size_t i = 0; i < rb; i++)
                 wq[i] = (uint8_t)(urand() * 256);
@@ -185,8 +189,30 @@ static void test_random_blocks(void)
             float a = cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR)(n, wq, xq);
             float b = cw_cpu_vec_dot_fn(t, best)(n, wq, xq);
             same &= !memcmp(&a, &b, sizeof a) && isfinite(a);
+            if (dot4) {
+                /* four rows, the row's length cut to 2 blocks now and then
+                 * (the 35B's 512-wide experts: no group of 8) */
+                const int64_t n4 = rep % 4 == 3 ? 2 * tr->block_elems : n;
+                const void *xs[4];
+                float r4[4];
+                for (int i = 0; i < 4; i++) {
+                    fill(x, n);
+                    cw_cpu_quantize_act(t, x, xq4[i], n4);
+                    xs[i] = xq4[i];
+                }
+                dot4(n4, wq, xs, r4);
+                for (int i = 0; i < 4; i++) {
+                    float want = cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR)(n4, wq, xq4[i]);
+                    same4 &= !memcmp(&want, &r4[i], sizeof want);
+                }
+            }
         }
         ok(same, "%s: random blocks: SIMD == scalar bit for bit", cw_qtype_name(t));
+        if (dot4)
+            ok(same4, "%s: random blocks: four-row kernel == scalar bit for bit, each row",
+               cw_qtype_name(t));
+        for (int i = 0; i < 4; i++)
+            free(xq4[i]);
         if (best == CW_CPU_AVX2)
             ok(cw_cpu_vec_dot_fn(t, best) != cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR),
                "%s has its own AVX2 kernel", cw_qtype_name(t));
@@ -197,7 +223,7 @@ static void test_random_blocks(void)
 static void test_matmul(enum cw_qtype t, struct cw_pool pools[3])
 {
     const char *name = cw_qtype_name(t);
-    int64_t n_in = size_for(t, 1), n_out = 37, n_tok = 5;
+    int64_t n_in = size_for(t, 1), n_out = 37, n_tok = 9; /* two groups of four and one */
     size_t rb = cw_qtype_row_bytes(t, n_in);
     float *w = malloc(n_in * n_out * sizeof(float)), *x = malloc(n_in * n_tok * sizeof(float));
     char *wq = malloc(rb * n_out);

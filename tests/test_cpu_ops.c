@@ -280,6 +280,19 @@ static void test_deltanet_shape(int Hk, int Hv, int dk, int dv, int K, int n_tok
            memcmp(s1, s2, ns * 4) == 0,
        "deltanet Hk%d Hv%d dk%d dv%d K%d: prompt of %d == %d single steps, bit-identical (y, conv, delta)",
        Hk, Hv, dk, dv, K, n_tok, n_tok);
+    /* run 3: the prompt again with the heads over 2 and 3 threads */
+    for (int nth = 2; nth <= 3; nth++) {
+        struct cw_pool pool;
+        float *c3 = calloc(nc + 1, 4), *s3 = calloc(ns, 4), *y3 = malloc(T * vd * 4);
+        struct cw_deltanet_state st3 = {c3, s3};
+        rc = cw_pool_init(&pool, nth, &err);
+        rc |= cw_deltanet_forward_pool(&pool, &d, &w, &st3, T, m, z, bl, al, y3, scr, &err);
+        ok(rc == 0 && memcmp(y1, y3, T * vd * 4) == 0 && memcmp(c1, c3, nc * 4) == 0 &&
+               memcmp(s1, s3, ns * 4) == 0,
+           "deltanet Hk%d Hv%d: heads over %d threads == one thread, bit-identical", Hk, Hv, nth);
+        cw_pool_free(&pool);
+        free(c3), free(s3), free(y3);
+    }
     /* against the double reference */
     struct dn_ref ref = {calloc(nc + 1, 8), calloc(ns, 8)};
     double *yr = malloc(T * vd * 8);

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/pool.h"
 #include "cpu/cpu_ops.h"
 
 int64_t cw_deltanet_channels(const struct cw_deltanet_dims *d)
@@ -88,63 +89,93 @@ void cw_deltanet_l2norm_qk(const struct cw_deltanet_dims *d, int64_t n_tok, floa
         }
 }
 
+/* The delta rule for v-head h of one token (ut: its q̂ | k̂ | v row), into oh. */
+static void recur_head(const struct cw_deltanet_dims *d, float *delta_state, const float *ut,
+                       float g, float b, int h, float *oh)
+{
+    const int hk = d->n_k_head, dk = d->d_k, dv = d->d_v;
+    const int64_t k_off = (int64_t)hk * dk, v_off = 2 * (int64_t)hk * dk;
+    const float scale = 1.0f / sqrtf((float)dk);
+    const int kh = h % hk; // tiled v -> k mapping (GGUF order)
+    const float *q = ut + (int64_t)kh * dk;
+    const float *k = ut + k_off + (int64_t)kh * dk;
+    const float *v = ut + v_off + (int64_t)h * dv;
+    const float decay = expf(g);
+    float *S = delta_state + (int64_t)h * dv * dk;
+    // Column j of S is row j of the stored block (key index contiguous),
+    // so every step is a contiguous pass over one row.
+    for (int j = 0; j < dv; j++) {
+        float *Sj = S + (int64_t)j * dk;
+        float r = 0.0f;
+        for (int i = 0; i < dk; i++) {
+            Sj[i] *= decay;
+            r += Sj[i] * k[i];
+        }
+        const float delta = (v[j] - r) * b;
+        float acc = 0.0f;
+        for (int i = 0; i < dk; i++) {
+            Sj[i] += k[i] * delta;
+            acc += Sj[i] * q[i];
+        }
+        oh[j] = acc * scale;
+    }
+}
+
 void cw_deltanet_recur(const struct cw_deltanet_dims *d, float *delta_state, int64_t n_tok,
                        const float *u, const float *g, const float *beta, float *o)
 {
     const int64_t C = cw_deltanet_channels(d);
-    const int hk = d->n_k_head, hv = d->n_v_head, dk = d->d_k, dv = d->d_v;
-    const int64_t k_off = (int64_t)hk * dk, v_off = 2 * (int64_t)hk * dk;
-    const float scale = 1.0f / sqrtf((float)dk);
-    for (int64_t t = 0; t < n_tok; t++) {
-        const float *ut = u + t * C;
-        for (int h = 0; h < hv; h++) {
-            const int kh = h % hk; // tiled v -> k mapping (GGUF order)
-            const float *q = ut + (int64_t)kh * dk;
-            const float *k = ut + k_off + (int64_t)kh * dk;
-            const float *v = ut + v_off + (int64_t)h * dv;
-            const float b = beta[t * hv + h];
-            const float decay = expf(g[t * hv + h]);
-            float *S = delta_state + (int64_t)h * dv * dk;
-            float *oh = o + t * (int64_t)hv * dv + (int64_t)h * dv;
-            // Column j of S is row j of the stored block (key index contiguous),
-            // so every step is a contiguous pass over one row.
-            for (int j = 0; j < dv; j++) {
-                float *Sj = S + (int64_t)j * dk;
-                float r = 0.0f;
-                for (int i = 0; i < dk; i++) {
-                    Sj[i] *= decay;
-                    r += Sj[i] * k[i];
-                }
-                const float delta = (v[j] - r) * b;
-                float acc = 0.0f;
-                for (int i = 0; i < dk; i++) {
-                    Sj[i] += k[i] * delta;
-                    acc += Sj[i] * q[i];
-                }
-                oh[j] = acc * scale;
-            }
-        }
-    }
+    const int hv = d->n_v_head, dv = d->d_v;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int h = 0; h < hv; h++)
+            recur_head(d, delta_state, u + t * C, g[t * hv + h], beta[t * hv + h], h,
+                       o + t * (int64_t)hv * dv + (int64_t)h * dv);
+}
+
+/* RMSNorm ⊙ silu(z) of one head's row (y may alias o). */
+static void gated_norm_row(const struct cw_deltanet_dims *d, const float *norm, const float *orow,
+                           const float *zrow, float *yrow)
+{
+    cw_rms_norm(yrow, orow, norm, d->d_v, d->eps);
+    for (int i = 0; i < d->d_v; i++)
+        yrow[i] *= cw_silu(zrow[i]);
 }
 
 void cw_deltanet_gated_norm(const struct cw_deltanet_dims *d, const float *norm, int64_t n_tok,
                             const float *o, const float *z, float *y)
 {
     const int64_t n = (int64_t)n_tok * d->n_v_head;
-    for (int64_t r = 0; r < n; r++) {
-        const float *orow = o + r * d->d_v;
-        const float *zrow = z + r * d->d_v;
-        float *yrow = y + r * d->d_v;
-        cw_rms_norm(yrow, orow, norm, d->d_v, d->eps);
-        for (int i = 0; i < d->d_v; i++)
-            yrow[i] *= cw_silu(zrow[i]);
+    for (int64_t r = 0; r < n; r++)
+        gated_norm_row(d, norm, o + r * d->d_v, z + r * d->d_v, y + r * d->d_v);
+}
+
+/* One token's heads, a share per thread of the pool: each v-head's delta
+ * rule and gated norm touch only its own state and rows, so the split
+ * changes no arithmetic. */
+struct dn_heads_job {
+    const struct cw_deltanet_dims *d;
+    const struct cw_deltanet_weights *w;
+    float *delta;
+    const float *u, *g, *beta, *z;
+    float *y;
+};
+
+static void dn_heads(void *p, int ith, int nth)
+{
+    const struct dn_heads_job *j = p;
+    const int hv = j->d->n_v_head, dv = j->d->d_v;
+    for (int h = hv * ith / nth; h < hv * (ith + 1) / nth; h++) {
+        float *yh = j->y + (int64_t)h * dv;
+        recur_head(j->d, j->delta, j->u, j->g[h], j->beta[h], h, yh);
+        gated_norm_row(j->d, j->w->norm, yh, j->z + (int64_t)h * dv, yh);
     }
 }
 
-int cw_deltanet_forward(const struct cw_deltanet_dims *d, const struct cw_deltanet_weights *w,
-                        struct cw_deltanet_state *st, int64_t n_tok, const float *m,
-                        const float *z, const float *beta_logit, const float *alpha, float *y,
-                        float *scratch, struct cw_err *err)
+int cw_deltanet_forward_pool(struct cw_pool *pool, const struct cw_deltanet_dims *d,
+                             const struct cw_deltanet_weights *w, struct cw_deltanet_state *st,
+                             int64_t n_tok, const float *m, const float *z,
+                             const float *beta_logit, const float *alpha, float *y,
+                             float *scratch, struct cw_err *err)
 {
     if (cw_deltanet_check(d, err))
         return -1;
@@ -153,14 +184,27 @@ int cw_deltanet_forward(const struct cw_deltanet_dims *d, const struct cw_deltan
     const int64_t C = cw_deltanet_channels(d);
     const int64_t hv = d->n_v_head, vd = hv * d->d_v;
     float *u = scratch, *beta = u + C, *g = beta + hv;
+    const int threaded = pool && cw_pool_size(pool) > 1 && hv > 1;
     // Token by token: the only state that crosses tokens is st, so a prompt
     // and the same tokens one at a time run identical arithmetic.
     for (int64_t t = 0; t < n_tok; t++) {
         cw_deltanet_gates(d, w, 1, beta_logit + t * hv, alpha + t * hv, beta, g);
         cw_deltanet_conv(d, w->conv, st->conv, 1, m + t * C, u);
         cw_deltanet_l2norm_qk(d, 1, u);
-        cw_deltanet_recur(d, st->delta, 1, u, g, beta, y + t * vd);
-        cw_deltanet_gated_norm(d, w->norm, 1, y + t * vd, z + t * vd, y + t * vd);
+        struct dn_heads_job j = {d, w, st->delta, u, g, beta, z + t * vd, y + t * vd};
+        if (threaded)
+            cw_pool_run(pool, dn_heads, &j);
+        else
+            dn_heads(&j, 0, 1);
     }
     return 0;
+}
+
+int cw_deltanet_forward(const struct cw_deltanet_dims *d, const struct cw_deltanet_weights *w,
+                        struct cw_deltanet_state *st, int64_t n_tok, const float *m,
+                        const float *z, const float *beta_logit, const float *alpha, float *y,
+                        float *scratch, struct cw_err *err)
+{
+    return cw_deltanet_forward_pool(NULL, d, w, st, n_tok, m, z, beta_logit, alpha, y, scratch,
+                                    err);
 }

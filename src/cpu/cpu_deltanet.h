@@ -6,7 +6,8 @@
  * RMSNorm. The projections (attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out)
  * are matrix products done by the caller. Everything is f32 and token by
  * token, so a prompt of n tokens gives bit-identical outputs and state to n
- * single-token calls. Nothing allocates: the caller passes scratch.
+ * single-token calls, on any number of threads. Nothing allocates: the
+ * caller passes scratch.
  *
  * Per-sequence state (zeroed for a new sequence), both f32:
  *   conv  [C][d_conv-1]    the last d_conv-1 raw conv inputs per channel, oldest first
@@ -64,6 +65,16 @@ int cw_deltanet_forward(const struct cw_deltanet_dims *d, const struct cw_deltan
                         struct cw_deltanet_state *st, int64_t n_tok, const float *m,
                         const float *z, const float *beta_logit, const float *alpha, float *y,
                         float *scratch, struct cw_err *err);
+
+/* cw_deltanet_forward with each token's v-heads (the delta rule and the
+ * gated norm) spread over the pool's threads: the same bits for any pool
+ * (NULL: the caller's thread alone). */
+struct cw_pool;
+int cw_deltanet_forward_pool(struct cw_pool *pool, const struct cw_deltanet_dims *d,
+                             const struct cw_deltanet_weights *w, struct cw_deltanet_state *st,
+                             int64_t n_tok, const float *m, const float *z,
+                             const float *beta_logit, const float *alpha, float *y,
+                             float *scratch, struct cw_err *err);
 
 /* ---- the steps, exposed for op-by-op checks (forward calls these) ---- */
 

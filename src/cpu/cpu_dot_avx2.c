@@ -225,6 +225,13 @@ AVX2 float cw_dot_mxfp4_avx2(int64_t n, const void *w_row, const void *xq)
 
 /* ---- K-quants against Q8_K ---------------------------------------------- */
 
+/* Up to KQ_NT activation rows share one pass over a weight row (the cw_dot4
+ * kernels, for prompts): each super-block's weights are unpacked once and
+ * multiplied into every row's integer sums, which are exact, and each row
+ * then takes the single-row kernel's float steps. The single-row kernels
+ * are this code with one row. */
+#define KQ_NT 4
+
 /* pshufb mask broadcasting 16-bit element lo (low 128-bit lane) and hi
  * (high lane) of a register that holds 8 i16 in both lanes. */
 AVX2 static inline __m256i pick16(int lo, int hi)
@@ -233,15 +240,20 @@ AVX2 static inline __m256i pick16(int lo, int hi)
                                    _mm_set1_epi16((short)(0x0100 + 0x0202 * hi)), 1);
 }
 
-/* Unpacks the scales as 8 i16 in both lanes (OUT: sc16) and returns
- * Σ_s min_s·(bsum_2s + bsum_2s+1). */
-AVX2 static inline int32_t k4_scales_summ(const uint8_t *packed, const int16_t *bsums, __m256i *sc16)
+/* The eight 6-bit scales as 8 i16 in both lanes (sc16) and the mins as 8
+ * i16 (m16). */
+AVX2 static inline void k4_scales(const uint8_t *packed, __m256i *sc16, __m128i *m16)
 {
     uint8_t sm[16];
     cw_k4_unpack(packed, sm, sm + 8);
-    __m128i both = _mm_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sm));
-    __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(_mm_loadu_si128((const __m128i *)sm), 8));
-    *sc16 = _mm256_broadcastsi128_si256(both);
+    __m128i v = _mm_loadu_si128((const __m128i *)sm);
+    *sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(v));
+    *m16 = _mm_cvtepu8_epi16(_mm_srli_si128(v, 8));
+}
+
+/* Σ_s min_s·(bsum_2s + bsum_2s+1). */
+AVX2 static inline int32_t k4_summ(__m128i m16, const int16_t *bsums)
+{
     __m128i b0 = _mm_loadu_si128((const __m128i *)bsums);
     __m128i b1 = _mm_loadu_si128((const __m128i *)(bsums + 8));
     __m128i pairs = _mm_hadd_epi16(b0, b1); /* |pair| <= 4064: no overflow */
@@ -251,60 +263,59 @@ AVX2 static inline int32_t k4_scales_summ(const uint8_t *packed, const int16_t *
     return _mm_cvtsi128_si32(p);
 }
 
-/* Integer part of one Q4_K super-block: 8 x i32 partials; OUT: the min sum. */
-AVX2 static inline __m256i q4k_block(const struct cw_block_q4_k *w, const struct cw_block_q8_k *x,
-                                     int32_t *summ)
-{
-    const __m256i m4 = _mm256_set1_epi8(15);
-    __m256i sc16;
-    *summ = k4_scales_summ(w->scales, x->bsums, &sc16);
-    __m256i vs = _mm256_setzero_si256();
-    for (int c = 0; c < 4; c++) {
-        __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * c));
-        __m256i lo = _mm256_and_si256(q, m4);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(x->qs + 64 * c)));
-        __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x->qs + 64 * c + 32)));
-        p0 = _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc16, pick16(2 * c, 2 * c)));
-        p1 = _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc16, pick16(2 * c + 1, 2 * c + 1)));
-        vs = _mm256_add_epi32(vs, _mm256_add_epi32(p0, p1));
-    }
-    return vs;
-}
-
-AVX2 static inline __m256i q5k_block(const struct cw_block_q5_k *w, const struct cw_block_q8_k *x,
-                                     int32_t *summ)
+/* Integer parts of one Q4_K super-block, or Q5_K with its high bits qhp,
+ * against nt rows' Q8_K blocks x[t]: s[t][j] (8 x i32 partials) and sm[t][j]
+ * (the min sums). */
+AVX2 __attribute__((always_inline)) static inline void
+q45k_block(const uint8_t *scales, const uint8_t *qs, const uint8_t *qhp,
+           const struct cw_block_q8_k *const *x, int nt, int j, __m256i (*s)[8], int32_t (*sm)[8])
 {
     const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
-    __m256i sc16;
-    *summ = k4_scales_summ(w->scales, x->bsums, &sc16);
-    const __m256i qh = _mm256_loadu_si256((const __m256i *)w->qh);
-    __m256i vs = _mm256_setzero_si256();
-    for (int c = 0; c < 4; c++) {
-        __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * c));
-        __m256i mlo = _mm256_set1_epi8((char)(1 << (2 * c)));
-        __m256i mhi = _mm256_set1_epi8((char)(1 << (2 * c + 1)));
-        __m256i hlo = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mlo), mlo), b4);
-        __m256i hhi = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mhi), mhi), b4);
-        __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), hlo);
-        __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hhi);
-        __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(x->qs + 64 * c)));
-        __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x->qs + 64 * c + 32)));
-        p0 = _mm256_madd_epi16(p0, _mm256_shuffle_epi8(sc16, pick16(2 * c, 2 * c)));
-        p1 = _mm256_madd_epi16(p1, _mm256_shuffle_epi8(sc16, pick16(2 * c + 1, 2 * c + 1)));
-        vs = _mm256_add_epi32(vs, _mm256_add_epi32(p0, p1));
+    __m256i sc16, vs[KQ_NT];
+    __m128i m16;
+    k4_scales(scales, &sc16, &m16);
+    for (int t = 0; t < nt; t++) {
+        sm[t][j] = k4_summ(m16, x[t]->bsums);
+        vs[t] = _mm256_setzero_si256();
     }
-    return vs;
+    const __m256i qh = qhp ? _mm256_loadu_si256((const __m256i *)qhp) : _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(q, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (qhp) {
+            __m256i mlo = _mm256_set1_epi8((char)(1 << (2 * c)));
+            __m256i mhi = _mm256_set1_epi8((char)(1 << (2 * c + 1)));
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mlo), mlo), b4));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mhi), mhi), b4));
+        }
+        const __m256i s0 = _mm256_shuffle_epi8(sc16, pick16(2 * c, 2 * c));
+        const __m256i s1 = _mm256_shuffle_epi8(sc16, pick16(2 * c + 1, 2 * c + 1));
+        for (int t = 0; t < nt; t++) {
+            const int8_t *a = x[t]->qs + 64 * c;
+            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)a));
+            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a + 32)));
+            vs[t] = _mm256_add_epi32(vs[t], _mm256_add_epi32(_mm256_madd_epi16(p0, s0),
+                                                             _mm256_madd_epi16(p1, s1)));
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        s[t][j] = vs[t];
 }
 
 /* Q6_K: the unsigned 6-bit values q+32 are multiplied (maddubs needs an
  * unsigned side) and 32·Σ scale·bsum is taken off: still exact. */
-AVX2 static inline __m256i q6k_block(const struct cw_block_q6_k *w, const struct cw_block_q8_k *x)
+AVX2 __attribute__((always_inline)) static inline void
+q6k_block(const struct cw_block_q6_k *w, const struct cw_block_q8_k *const *x, int nt, int j,
+          __m256i (*s)[8])
 {
     const __m256i m4 = _mm256_set1_epi8(15);
     __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w->scales));
-    __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)x->bsums));
-    __m256i vs = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+    __m256i vs[KQ_NT];
+    for (int t = 0; t < nt; t++) {
+        __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)x[t]->bsums));
+        vs[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+    }
     for (int h = 0; h < 2; h++) {
         /* scales 8h..8h+7 as i16 in both lanes */
         __m256i sch = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11)
@@ -312,7 +323,7 @@ AVX2 static inline __m256i q6k_block(const struct cw_block_q6_k *w, const struct
         __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h));
         __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w->ql + 64 * h + 32));
         __m256i qh = _mm256_loadu_si256((const __m256i *)(w->qh + 32 * h));
-        __m256i q[4];
+        __m256i q[4], scv[4];
         q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
                                _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4));
         q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
@@ -321,127 +332,161 @@ AVX2 static inline __m256i q6k_block(const struct cw_block_q6_k *w, const struct
                                _mm256_and_si256(qh, _mm256_set1_epi8(0x30)));
         q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
                                _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8((char)0xc0)), 2));
-        for (int g = 0; g < 4; g++) {
-            const int8_t *a = x->qs + 128 * h + 32 * g;
-            __m256i p = _mm256_maddubs_epi16(q[g], _mm256_loadu_si256((const __m256i *)a));
-            __m256i scv = _mm256_shuffle_epi8(sch, pick16(2 * g, 2 * g + 1));
-            vs = _mm256_add_epi32(vs, _mm256_madd_epi16(p, scv));
-        }
+        for (int g = 0; g < 4; g++)
+            scv[g] = _mm256_shuffle_epi8(sch, pick16(2 * g, 2 * g + 1));
+        for (int t = 0; t < nt; t++)
+            for (int g = 0; g < 4; g++) {
+                const int8_t *a = x[t]->qs + 128 * h + 32 * g;
+                __m256i p = _mm256_maddubs_epi16(q[g], _mm256_loadu_si256((const __m256i *)a));
+                vs[t] = _mm256_add_epi32(vs[t], _mm256_madd_epi16(p, scv[g]));
+            }
     }
-    return vs;
+    for (int t = 0; t < nt; t++)
+        s[t][j] = vs[t];
 }
 
-AVX2 static inline __m256i iq4xs_block(const struct cw_block_iq4_xs *w, const struct cw_block_q8_k *x)
+AVX2 __attribute__((always_inline)) static inline void
+iq4xs_block(const struct cw_block_iq4_xs *w, const struct cw_block_q8_k *const *x, int nt, int j,
+            __m256i (*s)[8])
 {
     const __m256i tab = iq4_table(), m4 = _mm256_set1_epi8(15);
-    __m256i vs = _mm256_setzero_si256();
-    for (int s = 0; s < 8; s += 2) {
+    __m256i vs[KQ_NT];
+    for (int t = 0; t < nt; t++)
+        vs[t] = _mm256_setzero_si256();
+    for (int sb = 0; sb < 8; sb += 2) {
         int ls[2];
         for (int i = 0; i < 2; i++)
-            ls[i] = (((w->scales_l[(s + i) / 2] >> (4 * ((s + i) % 2))) & 15) |
-                     (((w->scales_h >> (2 * (s + i))) & 3) << 4)) - 32;
-        __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 16 * s));
+            ls[i] = (((w->scales_l[(sb + i) / 2] >> (4 * ((sb + i) % 2))) & 15) |
+                     (((w->scales_h >> (2 * (sb + i))) & 3) << 4)) - 32;
+        __m256i q = _mm256_loadu_si256((const __m256i *)(w->qs + 16 * sb));
         __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(q, m4));
         __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-        const int8_t *a = x->qs + 32 * s;
-        __m256i d0 = dot_s8(lo, load2x128(a, a + 32));
-        __m256i d1 = dot_s8(hi, load2x128(a + 16, a + 48));
         __m256i sv = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi32(ls[0])),
                                              _mm_set1_epi32(ls[1]), 1);
-        vs = _mm256_add_epi32(vs, _mm256_mullo_epi32(_mm256_add_epi32(d0, d1), sv));
+        for (int t = 0; t < nt; t++) {
+            const int8_t *a = x[t]->qs + 32 * sb;
+            __m256i d0 = dot_s8(lo, load2x128(a, a + 32));
+            __m256i d1 = dot_s8(hi, load2x128(a + 16, a + 48));
+            vs[t] = _mm256_add_epi32(vs[t], _mm256_mullo_epi32(_mm256_add_epi32(d0, d1), sv));
+        }
     }
-    return vs;
+    for (int t = 0; t < nt; t++)
+        s[t][j] = vs[t];
 }
 
 enum kq { KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_IQ4_XS };
 
-AVX2 __attribute__((always_inline)) static inline __m256i kq_block(enum kq k, const uint8_t *blk,
-                                                                   const struct cw_block_q8_k *x,
-                                                                   int32_t *summ)
+/* One super-block against nt rows' blocks x[t], into s[t][j] and sm[t][j]
+ * (0 for the types without mins). */
+AVX2 __attribute__((always_inline)) static inline void
+kq_block(enum kq k, const uint8_t *blk, const struct cw_block_q8_k *const *x, int nt, int j,
+         __m256i (*s)[8], int32_t (*sm)[8])
 {
-    *summ = 0;
     switch (k) {
-    case KQ_Q4_K:
-        return q4k_block((const struct cw_block_q4_k *)blk, x, summ);
-    case KQ_Q5_K:
-        return q5k_block((const struct cw_block_q5_k *)blk, x, summ);
-    case KQ_Q6_K:
-        return q6k_block((const struct cw_block_q6_k *)blk, x);
-    default:
-        return iq4xs_block((const struct cw_block_iq4_xs *)blk, x);
+    case KQ_Q4_K: {
+        const struct cw_block_q4_k *w = (const struct cw_block_q4_k *)blk;
+        q45k_block(w->scales, w->qs, NULL, x, nt, j, s, sm);
+        return;
     }
+    case KQ_Q5_K: {
+        const struct cw_block_q5_k *w = (const struct cw_block_q5_k *)blk;
+        q45k_block(w->scales, w->qs, w->qh, x, nt, j, s, sm);
+        return;
+    }
+    case KQ_Q6_K:
+        q6k_block((const struct cw_block_q6_k *)blk, x, nt, j, s);
+        break;
+    default:
+        iq4xs_block((const struct cw_block_iq4_xs *)blk, x, nt, j, s);
+        break;
+    }
+    for (int t = 0; t < nt; t++)
+        sm[t][j] = 0;
 }
 
-/* As leg_dot, for super-blocks: eight of them reduced together, lane j of
- * the float accumulator taking super-block 8g+j with the float steps of
+/* As leg_dot, for super-blocks and nt activation rows xq[t] at once: per
+ * row, eight super-blocks' integer sums reduced together, lane j of the
+ * row's float accumulator taking super-block 8g+j with the float steps of
  * cw_comb1 / cw_comb_min; the tail block by block into the same lanes.
  * doff / mofs: byte offsets of the f16 d and dmin (mofs < 0: no mins). */
-AVX2 __attribute__((always_inline)) static inline float kq_dot(enum kq k, int bb, int doff, int mofs,
-                                                               int64_t n, const void *w_row,
-                                                               const void *xq)
+AVX2 __attribute__((always_inline)) static inline void
+kq_dot(enum kq k, int bb, int doff, int mofs, int64_t n, const void *w_row,
+       const void *const *xq, int nt, float *out)
 {
     const uint8_t *w = w_row;
-    const struct cw_block_q8_k *x = xq;
+    const struct cw_block_q8_k *xr[KQ_NT];
+    for (int t = 0; t < nt; t++)
+        xr[t] = xq[t];
     const int64_t nb = n / CW_QK_K;
     const __m256i xoff = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                                             _mm256_set1_epi32((int)sizeof(struct cw_block_q8_k)));
-    __m256 accv = _mm256_setzero_ps();
+    __m256 accv[KQ_NT];
+    for (int t = 0; t < nt; t++)
+        accv[t] = _mm256_setzero_ps();
+    __m256i s[KQ_NT][8];
+    int32_t sm[KQ_NT][8];
+    const struct cw_block_q8_k *xb[KQ_NT];
     int64_t b = 0;
     for (; b + 8 <= nb; b += 8) {
-        __m256i s[8];
-        int32_t sm[8];
-        for (int j = 0; j < 8; j++)
-            s[j] = kq_block(k, w + (b + j) * bb, &x[b + j], &sm[j]);
-        __m256 sumf = _mm256_cvtepi32_ps(hsum8x8(s));
-        __m256 dx = _mm256_i32gather_ps(&x[b].d, xoff, 1);
-        __m256 t = _mm256_mul_ps(_mm256_mul_ps(dx, f16x8(w + b * bb + doff, bb)), sumf);
-        if (mofs >= 0) {
-            __m256 dm = _mm256_mul_ps(dx, f16x8(w + b * bb + mofs, bb));
-            __m256 u = _mm256_mul_ps(dm, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)sm)));
-            t = _mm256_sub_ps(t, u);
+        for (int j = 0; j < 8; j++) {
+            for (int t = 0; t < nt; t++)
+                xb[t] = &xr[t][b + j];
+            kq_block(k, w + (b + j) * bb, xb, nt, j, s, sm);
         }
-        accv = _mm256_add_ps(accv, t);
+        const __m256 dw = f16x8(w + b * bb + doff, bb);
+        for (int t = 0; t < nt; t++) {
+            __m256 sumf = _mm256_cvtepi32_ps(hsum8x8(s[t]));
+            __m256 dx = _mm256_i32gather_ps(&xr[t][b].d, xoff, 1);
+            __m256 v = _mm256_mul_ps(_mm256_mul_ps(dx, dw), sumf);
+            if (mofs >= 0) {
+                __m256 dm = _mm256_mul_ps(dx, f16x8(w + b * bb + mofs, bb));
+                __m256 u = _mm256_mul_ps(dm, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)sm[t])));
+                v = _mm256_sub_ps(v, u);
+            }
+            accv[t] = _mm256_add_ps(accv[t], v);
+        }
     }
-    float acc[8];
-    _mm256_storeu_ps(acc, accv);
+    float acc[KQ_NT][8];
+    for (int t = 0; t < nt; t++)
+        _mm256_storeu_ps(acc[t], accv[t]);
     for (; b < nb; b++) {
         const uint8_t *blk = w + b * bb;
-        int32_t summ;
-        int32_t si = hsum_i32(kq_block(k, blk, &x[b], &summ));
+        for (int t = 0; t < nt; t++)
+            xb[t] = &xr[t][b];
+        kq_block(k, blk, xb, nt, 0, s, sm);
         cw_f16 d, dmin;
         memcpy(&d, blk + doff, 2);
-        if (mofs >= 0) {
+        if (mofs >= 0)
             memcpy(&dmin, blk + mofs, 2);
-            acc[b & 7] = cw_comb_min(acc[b & 7], x[b].d, h2f(d), h2f(dmin), si, summ);
-        } else {
-            acc[b & 7] = cw_comb1(acc[b & 7], x[b].d, h2f(d), si);
+        for (int t = 0; t < nt; t++) {
+            int32_t si = hsum_i32(s[t][0]);
+            if (mofs >= 0)
+                acc[t][b & 7] = cw_comb_min(acc[t][b & 7], xr[t][b].d, h2f(d), h2f(dmin), si, sm[t][0]);
+            else
+                acc[t][b & 7] = cw_comb1(acc[t][b & 7], xr[t][b].d, h2f(d), si);
         }
     }
-    return cw_reduce8(acc);
+    for (int t = 0; t < nt; t++)
+        out[t] = cw_reduce8(acc[t]);
 }
 
-AVX2 float cw_dot_q4_k_avx2(int64_t n, const void *w_row, const void *xq)
-{
-    return kq_dot(KQ_Q4_K, sizeof(struct cw_block_q4_k), offsetof(struct cw_block_q4_k, d),
-                  offsetof(struct cw_block_q4_k, dmin), n, w_row, xq);
-}
+/* The single-row kernel of a K-quant type and its KQ_NT-row form. */
+#define KQ_DOTS(name, k, T, mofs)                                                         \
+    AVX2 float cw_dot_##name##_avx2(int64_t n, const void *w_row, const void *xq)         \
+    {                                                                                     \
+        float r;                                                                          \
+        kq_dot(k, sizeof(T), offsetof(T, d), mofs, n, w_row, &xq, 1, &r);                 \
+        return r;                                                                         \
+    }                                                                                     \
+    AVX2 void cw_dot4_##name##_avx2(int64_t n, const void *w_row, const void *const *xq, \
+                                    float *out)                                           \
+    {                                                                                     \
+        kq_dot(k, sizeof(T), offsetof(T, d), mofs, n, w_row, xq, KQ_NT, out);             \
+    }
 
-AVX2 float cw_dot_q5_k_avx2(int64_t n, const void *w_row, const void *xq)
-{
-    return kq_dot(KQ_Q5_K, sizeof(struct cw_block_q5_k), offsetof(struct cw_block_q5_k, d),
-                  offsetof(struct cw_block_q5_k, dmin), n, w_row, xq);
-}
-
-AVX2 float cw_dot_q6_k_avx2(int64_t n, const void *w_row, const void *xq)
-{
-    return kq_dot(KQ_Q6_K, sizeof(struct cw_block_q6_k), offsetof(struct cw_block_q6_k, d), -1, n,
-                  w_row, xq);
-}
-
-AVX2 float cw_dot_iq4_xs_avx2(int64_t n, const void *w_row, const void *xq)
-{
-    return kq_dot(KQ_IQ4_XS, sizeof(struct cw_block_iq4_xs), offsetof(struct cw_block_iq4_xs, d), -1,
-                  n, w_row, xq);
-}
+KQ_DOTS(q4_k, KQ_Q4_K, struct cw_block_q4_k, offsetof(struct cw_block_q4_k, dmin))
+KQ_DOTS(q5_k, KQ_Q5_K, struct cw_block_q5_k, offsetof(struct cw_block_q5_k, dmin))
+KQ_DOTS(q6_k, KQ_Q6_K, struct cw_block_q6_k, -1)
+KQ_DOTS(iq4_xs, KQ_IQ4_XS, struct cw_block_iq4_xs, -1)
 
 #endif

@@ -367,8 +367,8 @@ static int deltanet(const struct cw_cpu_model *m, struct ws *w, const struct cw_
     tap(m, "z", il, w->z, n, VD);
     tap(m, "beta", il, w->beta, n, dd.n_v_head);
     tap(m, "alpha", il, w->alpha, n, dd.n_v_head);
-    if (cw_deltanet_forward(&dd, &dw, &st, n, w->m, w->z, w->beta, w->alpha, w->y,
-                            w->dn_scratch, err))
+    if (cw_deltanet_forward_pool(m->pool, &dd, &dw, &st, n, w->m, w->z, w->beta, w->alpha, w->y,
+                                 w->dn_scratch, err))
         return -1;
     tap(m, "final_output", il, w->y, n, VD); /* conv, gates, delta rule, gated norm */
     mm(m, w, &l->out, w->y, n, w->sub_out);

@@ -18,9 +18,10 @@
 #endif
 
 struct type_ops {
-    enum cw_qtype act;  /* the activation (vec_dot) type */
-    cw_vec_dot_fn ref;  /* NULL: the CPU backend does not multiply this type */
-    cw_vec_dot_fn avx2; /* NULL: the scalar kernel serves AVX2 too */
+    enum cw_qtype act;     /* the activation (vec_dot) type */
+    cw_vec_dot_fn ref;     /* NULL: the CPU backend does not multiply this type */
+    cw_vec_dot_fn avx2;    /* NULL: the scalar kernel serves AVX2 too */
+    cw_vec_dot4_fn avx2_4; /* four rows at once; NULL: none */
 };
 
 static const struct type_ops type_ops[CW_TYPE_COUNT] = {
@@ -37,10 +38,14 @@ static const struct type_ops type_ops[CW_TYPE_COUNT] = {
     [CW_TYPE_Q5_1] = {CW_TYPE_Q8_1, cw_dot_q5_1_ref, NULL},
     [CW_TYPE_Q2_K] = {CW_TYPE_Q8_K, cw_dot_q2_k_ref, NULL},
     [CW_TYPE_Q3_K] = {CW_TYPE_Q8_K, cw_dot_q3_k_ref, NULL},
-    [CW_TYPE_Q4_K] = {CW_TYPE_Q8_K, cw_dot_q4_k_ref, X86(cw_dot_q4_k_avx2)},
-    [CW_TYPE_Q5_K] = {CW_TYPE_Q8_K, cw_dot_q5_k_ref, X86(cw_dot_q5_k_avx2)},
-    [CW_TYPE_Q6_K] = {CW_TYPE_Q8_K, cw_dot_q6_k_ref, X86(cw_dot_q6_k_avx2)},
-    [CW_TYPE_IQ4_XS] = {CW_TYPE_Q8_K, cw_dot_iq4_xs_ref, X86(cw_dot_iq4_xs_avx2)},
+    [CW_TYPE_Q4_K] = {CW_TYPE_Q8_K, cw_dot_q4_k_ref, X86(cw_dot_q4_k_avx2),
+                       X86(cw_dot4_q4_k_avx2)},
+    [CW_TYPE_Q5_K] = {CW_TYPE_Q8_K, cw_dot_q5_k_ref, X86(cw_dot_q5_k_avx2),
+                       X86(cw_dot4_q5_k_avx2)},
+    [CW_TYPE_Q6_K] = {CW_TYPE_Q8_K, cw_dot_q6_k_ref, X86(cw_dot_q6_k_avx2),
+                       X86(cw_dot4_q6_k_avx2)},
+    [CW_TYPE_IQ4_XS] = {CW_TYPE_Q8_K, cw_dot_iq4_xs_ref, X86(cw_dot_iq4_xs_avx2),
+                       X86(cw_dot4_iq4_xs_avx2)},
 };
 
 static const struct type_ops *ops_of(enum cw_qtype t)
@@ -109,6 +114,12 @@ cw_vec_dot_fn cw_cpu_vec_dot_fn(enum cw_qtype wtype, enum cw_cpu_isa isa)
     return o->ref;
 }
 
+cw_vec_dot4_fn cw_cpu_vec_dot4_fn(enum cw_qtype wtype, enum cw_cpu_isa isa)
+{
+    const struct type_ops *o = ops_of(wtype);
+    return o && isa >= CW_CPU_AVX2 ? o->avx2_4 : NULL;
+}
+
 float cw_cpu_vec_dot(enum cw_qtype wtype, int64_t n, const void *w_row, const void *xq)
 {
     return cw_cpu_vec_dot_fn(wtype, cw_cpu_isa_best())(n, w_row, xq);
@@ -121,6 +132,7 @@ float cw_cpu_vec_dot(enum cw_qtype wtype, int64_t n, const void *w_row, const vo
 struct mm_ctx {
     enum cw_qtype wtype;
     cw_vec_dot_fn dot;
+    cw_vec_dot4_fn dot4; /* NULL: one row at a time */
     const char *w;
     size_t row_bytes, act_bytes, expert_stride;
     int64_t n_in, n_out, n_tok, n_used, n_pairs;
@@ -158,7 +170,19 @@ static void dense_task(void *p, int ith, int nth)
     split(c->n_out, ith, nth, &r0, &r1);
     for (int64_t o0 = r0; o0 < r1; o0 += DENSE_ROWS) {
         const int64_t o1 = o0 + DENSE_ROWS < r1 ? o0 + DENSE_ROWS : r1;
-        for (int64_t t = 0; t < c->n_tok; t++) {
+        int64_t t = 0;
+        for (; c->dot4 && t + 4 <= c->n_tok; t += 4) {
+            const void *xs[4];
+            for (int i = 0; i < 4; i++)
+                xs[i] = c->xq + (t + i) * c->act_bytes;
+            for (int64_t o = o0; o < o1; o++) {
+                float r[4];
+                c->dot4(c->n_in, c->w + o * c->row_bytes, xs, r);
+                for (int i = 0; i < 4; i++)
+                    c->y[(t + i) * c->n_out + o] = r[i];
+            }
+        }
+        for (; t < c->n_tok; t++) {
             const char *xt = c->xq + t * c->act_bytes;
             float *yt = c->y + t * c->n_out;
             for (int64_t o = o0; o < o1; o++)
@@ -191,6 +215,7 @@ void cw_cpu_matmul(struct cw_pool *pool, enum cw_qtype wtype, const void *w, int
     struct mm_ctx c = {
         .wtype = wtype,
         .dot = cw_cpu_vec_dot_fn(wtype, cw_cpu_isa_best()),
+        .dot4 = cw_cpu_vec_dot4_fn(wtype, cw_cpu_isa_best()),
         .w = w,
         .row_bytes = cw_qtype_row_bytes(wtype, n_in),
         .act_bytes = cw_cpu_act_bytes(wtype, n_in),
@@ -222,8 +247,16 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The activation row of an (expert << 32 | pair) entry of the order. */
+static int64_t id_x_row(const struct mm_ctx *c, int64_t entry)
+{
+    const int64_t pair = entry & 0xffffffff;
+    return c->x_per_slot ? pair : pair / c->n_used;
+}
+
 /* Each thread takes its share of the rows of every expert in turn, and for
- * each such row runs through all the pairs routed to that expert. */
+ * each such row runs through all the pairs routed to that expert, four at a
+ * time where the type has a four-row kernel. */
 static void id_task(void *p, int ith, int nth)
 {
     struct mm_ctx *c = p;
@@ -236,10 +269,20 @@ static void id_task(void *p, int ith, int nth)
         const char *we = c->w + (size_t)e * c->expert_stride;
         for (int64_t o = r0; o < r1; o++) {
             const char *wr = we + o * c->row_bytes;
-            for (int64_t g = g0; g < g1; g++) {
+            int64_t g = g0;
+            for (; c->dot4 && g + 4 <= g1; g += 4) {
+                const void *xs[4];
+                float r[4];
+                for (int i = 0; i < 4; i++)
+                    xs[i] = c->xq + id_x_row(c, c->order[g + i]) * c->act_bytes;
+                c->dot4(c->n_in, wr, xs, r);
+                for (int i = 0; i < 4; i++)
+                    c->y[(c->order[g + i] & 0xffffffff) * c->n_out + o] = r[i];
+            }
+            for (; g < g1; g++) {
                 int64_t pair = c->order[g] & 0xffffffff;
-                int64_t xr = c->x_per_slot ? pair : pair / c->n_used;
-                c->y[pair * c->n_out + o] = c->dot(c->n_in, wr, c->xq + xr * c->act_bytes);
+                c->y[pair * c->n_out + o] =
+                    c->dot(c->n_in, wr, c->xq + id_x_row(c, c->order[g]) * c->act_bytes);
             }
         }
         g0 = g1;
@@ -255,6 +298,7 @@ void cw_cpu_matmul_id(struct cw_pool *pool, enum cw_qtype wtype, const void *w,
     struct mm_ctx c = {
         .wtype = wtype,
         .dot = cw_cpu_vec_dot_fn(wtype, cw_cpu_isa_best()),
+        .dot4 = cw_cpu_vec_dot4_fn(wtype, cw_cpu_isa_best()),
         .w = w,
         .row_bytes = cw_qtype_row_bytes(wtype, n_in),
         .act_bytes = cw_cpu_act_bytes(wtype, n_in),
