@@ -123,12 +123,14 @@ static void test_vec_dot(enum cw_qtype t)
                 }
             }
             float got = cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR)(n, wq, xq);
-            float fast = cw_cpu_vec_dot_fn(t, best)(n, wq, xq);
             double rel = mag > 0 ? fabs(got - ref) / mag : fabs(got - ref);
             if (rel > worst)
                 worst = rel;
-            if (memcmp(&got, &fast, sizeof(float)) != 0)
-                bit_same = 0;
+            for (int isa = CW_CPU_AVX2; isa <= (int)best; isa++) {
+                float fast = cw_cpu_vec_dot_fn(t, (enum cw_cpu_isa)isa)(n, wq, xq);
+                if (memcmp(&got, &fast, sizeof(float)) != 0)
+                    bit_same = 0;
+            }
             n_checked++;
         }
         free(w), free(x), free(wd), free(xd), free(wq), free(xq);
@@ -136,8 +138,8 @@ static void test_vec_dot(enum cw_qtype t)
     /* 1e-6 of Σ|w·x|: a few f32 roundings per block, nothing more. */
     ok(worst < 1e-6, "%s: vec_dot vs double dot of dequantised rows: max rel err %.3g", name,
        worst);
-    ok(bit_same, "%s: %s kernel bit-identical to scalar over %d dots", name,
-       best == CW_CPU_AVX2 ? "AVX2" : "scalar", n_checked);
+    ok(bit_same, "%s: every kernel up to %s bit-identical to scalar over %d dots", name,
+       cw_cpu_isa_name(best), n_checked);
     note("%-7s act=%-5s max rel err %.2e, simd==scalar %s%s", name,
          cw_qtype_name((uint32_t)cw_cpu_vec_dot_type(t)), worst, bit_same ? "yes" : "NO",
          cw_cpu_vec_dot_fn(t, best) != cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR) ? " (own SIMD kernel)"
@@ -166,8 +168,7 @@ static void test_random_blocks(void)
         uint8_t *wq = malloc(rb);
         float *x = malloc(n * sizeof(float));
         void *xq = malloc(cw_cpu_act_bytes(t, n));
-        int same = 1, same4 = 1;
-        cw_vec_dot4_fn dot4 = cw_cpu_vec_dot4_fn(t, best);
+        int same = 1, same4 = 1, n4_levels = 0;
         void *xq4[4];
         for (int i = 0; i < 4; i++)
             xq4[i] = malloc(cw_cpu_act_bytes(t, n));
@@ -187,9 +188,16 @@ static void test_random_blocks(void)
             fill(x, n);
             cw_cpu_quantize_act(t, x, xq, n);
             float a = cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR)(n, wq, xq);
-            float b = cw_cpu_vec_dot_fn(t, best)(n, wq, xq);
-            same &= !memcmp(&a, &b, sizeof a) && isfinite(a);
-            if (dot4) {
+            same &= isfinite(a);
+            for (int isa = CW_CPU_AVX2; isa <= (int)best; isa++) {
+                float b = cw_cpu_vec_dot_fn(t, (enum cw_cpu_isa)isa)(n, wq, xq);
+                same &= !memcmp(&a, &b, sizeof a);
+            }
+            for (int isa = CW_CPU_AVX2; isa <= (int)best; isa++) {
+                cw_vec_dot4_fn dot4 = cw_cpu_vec_dot4_fn(t, (enum cw_cpu_isa)isa);
+                if (!dot4)
+                    continue;
+                n4_levels |= 1 << isa;
                 /* four rows, the row's length cut to 2 blocks now and then
                  * (the 35B's 512-wide experts: no group of 8) */
                 const int64_t n4 = rep % 4 == 3 ? 2 * tr->block_elems : n;
@@ -207,14 +215,18 @@ static void test_random_blocks(void)
                 }
             }
         }
-        ok(same, "%s: random blocks: SIMD == scalar bit for bit", cw_qtype_name(t));
-        if (dot4)
-            ok(same4, "%s: random blocks: four-row kernel == scalar bit for bit, each row",
-               cw_qtype_name(t));
+        ok(same, "%s: random blocks: every SIMD level == scalar bit for bit", cw_qtype_name(t));
+        if (n4_levels)
+            ok(same4, "%s: random blocks: four-row kernels (levels mask %#x) == scalar bit for bit, each row",
+               cw_qtype_name(t), n4_levels);
+        if (best >= CW_CPU_AVX512 && (t == CW_TYPE_Q4_K || t == CW_TYPE_Q6_K))
+            ok(cw_cpu_vec_dot_fn(t, CW_CPU_AVX512) != cw_cpu_vec_dot_fn(t, CW_CPU_AVX2) &&
+                   cw_cpu_vec_dot4_fn(t, CW_CPU_AVX512) != cw_cpu_vec_dot4_fn(t, CW_CPU_AVX2),
+               "%s has its own AVX-512 kernels", cw_qtype_name(t));
         for (int i = 0; i < 4; i++)
             free(xq4[i]);
-        if (best == CW_CPU_AVX2)
-            ok(cw_cpu_vec_dot_fn(t, best) != cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR),
+        if (best >= CW_CPU_AVX2)
+            ok(cw_cpu_vec_dot_fn(t, CW_CPU_AVX2) != cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR),
                "%s has its own AVX2 kernel", cw_qtype_name(t));
         free(wq), free(x), free(xq);
     }
@@ -343,7 +355,7 @@ static void test_pool(void)
 
 int main(void)
 {
-    note("ISA: %s", cw_cpu_isa_best() == CW_CPU_AVX2 ? "AVX2" : "scalar");
+    note("ISA: %s", cw_cpu_isa_name(cw_cpu_isa_best()));
     test_pool();
     struct cw_pool pools[3];
     for (int p = 0; p < 3; p++) {

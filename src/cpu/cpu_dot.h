@@ -165,6 +165,12 @@ CW_DOT4_DECL(cw_dot4_q5_k_avx2)
 CW_DOT4_DECL(cw_dot4_q6_k_avx2)
 CW_DOT4_DECL(cw_dot4_iq4_xs_avx2)
 
+/* AVX-512 F+BW+VL+VNNI kernels (cpu_dot_avx512.c); call only when the CPU has them */
+CW_DOT_DECL(cw_dot_q4_k_avx512)
+CW_DOT_DECL(cw_dot_q6_k_avx512)
+CW_DOT4_DECL(cw_dot4_q4_k_avx512)
+CW_DOT4_DECL(cw_dot4_q6_k_avx512)
+
 #undef CW_DOT_DECL
 #undef CW_DOT4_DECL
 

@@ -8,27 +8,12 @@
  * the float steps are the shared ones of cpu_dot.h in the same order, so the
  * results equal the scalar kernels bit for bit. Activations never hold -128
  * (the quantisers cap at ±127), which the sign trick needs. */
-#include "cpu/cpu_dot.h"
-
 #if defined(__x86_64__) || defined(__i386__)
 
-#include <immintrin.h>
-#include <stddef.h>
+#define X86_ATTR __attribute__((target("avx2,fma,f16c")))
+#define AVX2 X86_ATTR
 
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
-
-AVX2 static inline int32_t hsum_i32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
-
-AVX2 static inline float h2f(cw_f16 h)
-{
-    return _cvtsh_ss(h);
-}
+#include "cpu/cpu_dot_x86.h"
 
 /* Sum over 16-bit pairs of w*a for signed w and a (a != -128). */
 AVX2 static inline __m256i dot_s8(__m256i w, __m256i a)
@@ -108,25 +93,6 @@ AVX2 static inline __m256i fp4_table(void)
 {
     return _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3,
                             4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-}
-
-/* Lane j = the sum of all lanes of v[j]: eight blocks' totals at once. */
-AVX2 static inline __m256i hsum8x8(const __m256i v[8])
-{
-    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
-                            _mm256_permute2x128_si256(a, b, 0x31));
-}
-
-/* The f16 at byte 0 of eight blocks `stride` bytes apart (reads 4 bytes of
- * each; every block is longer than that). */
-AVX2 static inline __m256 f16x8(const void *p, int stride)
-{
-    __m256i off = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride));
-    __m256i v = _mm256_and_si256(_mm256_i32gather_epi32((const int *)p, off, 1), _mm256_set1_epi32(0xffff));
-    v = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
-    return _mm256_cvtph_ps(_mm256_castsi256_si128(v));
 }
 
 /* E8M0 halved (cw_e8m0_half) of the byte at offset 0 of eight blocks. */
@@ -224,44 +190,6 @@ AVX2 float cw_dot_mxfp4_avx2(int64_t n, const void *w_row, const void *xq)
 }
 
 /* ---- K-quants against Q8_K ---------------------------------------------- */
-
-/* Up to KQ_NT activation rows share one pass over a weight row (the cw_dot4
- * kernels, for prompts): each super-block's weights are unpacked once and
- * multiplied into every row's integer sums, which are exact, and each row
- * then takes the single-row kernel's float steps. The single-row kernels
- * are this code with one row. */
-#define KQ_NT 4
-
-/* pshufb mask broadcasting 16-bit element lo (low 128-bit lane) and hi
- * (high lane) of a register that holds 8 i16 in both lanes. */
-AVX2 static inline __m256i pick16(int lo, int hi)
-{
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)(0x0100 + 0x0202 * lo))),
-                                   _mm_set1_epi16((short)(0x0100 + 0x0202 * hi)), 1);
-}
-
-/* The eight 6-bit scales as 8 i16 in both lanes (sc16) and the mins as 8
- * i16 (m16). */
-AVX2 static inline void k4_scales(const uint8_t *packed, __m256i *sc16, __m128i *m16)
-{
-    uint8_t sm[16];
-    cw_k4_unpack(packed, sm, sm + 8);
-    __m128i v = _mm_loadu_si128((const __m128i *)sm);
-    *sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(v));
-    *m16 = _mm_cvtepu8_epi16(_mm_srli_si128(v, 8));
-}
-
-/* Σ_s min_s·(bsum_2s + bsum_2s+1). */
-AVX2 static inline int32_t k4_summ(__m128i m16, const int16_t *bsums)
-{
-    __m128i b0 = _mm_loadu_si128((const __m128i *)bsums);
-    __m128i b1 = _mm_loadu_si128((const __m128i *)(bsums + 8));
-    __m128i pairs = _mm_hadd_epi16(b0, b1); /* |pair| <= 4064: no overflow */
-    __m128i p = _mm_madd_epi16(pairs, m16);
-    p = _mm_add_epi32(p, _mm_unpackhi_epi64(p, p));
-    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 1));
-    return _mm_cvtsi128_si32(p);
-}
 
 /* Integer parts of one Q4_K super-block, or Q5_K with its high bits qhp,
  * against nt rows' Q8_K blocks x[t]: s[t][j] (8 x i32 partials) and sm[t][j]
@@ -374,8 +302,6 @@ iq4xs_block(const struct cw_block_iq4_xs *w, const struct cw_block_q8_k *const *
         s[t][j] = vs[t];
 }
 
-enum kq { KQ_Q4_K, KQ_Q5_K, KQ_Q6_K, KQ_IQ4_XS };
-
 /* One super-block against nt rows' blocks x[t], into s[t][j] and sm[t][j]
  * (0 for the types without mins). */
 AVX2 __attribute__((always_inline)) static inline void
@@ -404,89 +330,11 @@ kq_block(enum kq k, const uint8_t *blk, const struct cw_block_q8_k *const *x, in
         sm[t][j] = 0;
 }
 
-/* As leg_dot, for super-blocks and nt activation rows xq[t] at once: per
- * row, eight super-blocks' integer sums reduced together, lane j of the
- * row's float accumulator taking super-block 8g+j with the float steps of
- * cw_comb1 / cw_comb_min; the tail block by block into the same lanes.
- * doff / mofs: byte offsets of the f16 d and dmin (mofs < 0: no mins). */
-AVX2 __attribute__((always_inline)) static inline void
-kq_dot(enum kq k, int bb, int doff, int mofs, int64_t n, const void *w_row,
-       const void *const *xq, int nt, float *out)
-{
-    const uint8_t *w = w_row;
-    const struct cw_block_q8_k *xr[KQ_NT];
-    for (int t = 0; t < nt; t++)
-        xr[t] = xq[t];
-    const int64_t nb = n / CW_QK_K;
-    const __m256i xoff = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                            _mm256_set1_epi32((int)sizeof(struct cw_block_q8_k)));
-    __m256 accv[KQ_NT];
-    for (int t = 0; t < nt; t++)
-        accv[t] = _mm256_setzero_ps();
-    __m256i s[KQ_NT][8];
-    int32_t sm[KQ_NT][8];
-    const struct cw_block_q8_k *xb[KQ_NT];
-    int64_t b = 0;
-    for (; b + 8 <= nb; b += 8) {
-        for (int j = 0; j < 8; j++) {
-            for (int t = 0; t < nt; t++)
-                xb[t] = &xr[t][b + j];
-            kq_block(k, w + (b + j) * bb, xb, nt, j, s, sm);
-        }
-        const __m256 dw = f16x8(w + b * bb + doff, bb);
-        for (int t = 0; t < nt; t++) {
-            __m256 sumf = _mm256_cvtepi32_ps(hsum8x8(s[t]));
-            __m256 dx = _mm256_i32gather_ps(&xr[t][b].d, xoff, 1);
-            __m256 v = _mm256_mul_ps(_mm256_mul_ps(dx, dw), sumf);
-            if (mofs >= 0) {
-                __m256 dm = _mm256_mul_ps(dx, f16x8(w + b * bb + mofs, bb));
-                __m256 u = _mm256_mul_ps(dm, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)sm[t])));
-                v = _mm256_sub_ps(v, u);
-            }
-            accv[t] = _mm256_add_ps(accv[t], v);
-        }
-    }
-    float acc[KQ_NT][8];
-    for (int t = 0; t < nt; t++)
-        _mm256_storeu_ps(acc[t], accv[t]);
-    for (; b < nb; b++) {
-        const uint8_t *blk = w + b * bb;
-        for (int t = 0; t < nt; t++)
-            xb[t] = &xr[t][b];
-        kq_block(k, blk, xb, nt, 0, s, sm);
-        cw_f16 d, dmin;
-        memcpy(&d, blk + doff, 2);
-        if (mofs >= 0)
-            memcpy(&dmin, blk + mofs, 2);
-        for (int t = 0; t < nt; t++) {
-            int32_t si = hsum_i32(s[t][0]);
-            if (mofs >= 0)
-                acc[t][b & 7] = cw_comb_min(acc[t][b & 7], xr[t][b].d, h2f(d), h2f(dmin), si, sm[t][0]);
-            else
-                acc[t][b & 7] = cw_comb1(acc[t][b & 7], xr[t][b].d, h2f(d), si);
-        }
-    }
-    for (int t = 0; t < nt; t++)
-        out[t] = cw_reduce8(acc[t]);
-}
+#include "cpu/cpu_dot_kq.h"
 
-/* The single-row kernel of a K-quant type and its KQ_NT-row form. */
-#define KQ_DOTS(name, k, T, mofs)                                                         \
-    AVX2 float cw_dot_##name##_avx2(int64_t n, const void *w_row, const void *xq)         \
-    {                                                                                     \
-        float r;                                                                          \
-        kq_dot(k, sizeof(T), offsetof(T, d), mofs, n, w_row, &xq, 1, &r);                 \
-        return r;                                                                         \
-    }                                                                                     \
-    AVX2 void cw_dot4_##name##_avx2(int64_t n, const void *w_row, const void *const *xq, \
-                                    float *out)                                           \
-    {                                                                                     \
-        kq_dot(k, sizeof(T), offsetof(T, d), mofs, n, w_row, xq, KQ_NT, out);             \
-    }
-
-KQ_DOTS(q4_k, KQ_Q4_K, struct cw_block_q4_k, offsetof(struct cw_block_q4_k, dmin))
-KQ_DOTS(q5_k, KQ_Q5_K, struct cw_block_q5_k, offsetof(struct cw_block_q5_k, dmin))
-KQ_DOTS(q6_k, KQ_Q6_K, struct cw_block_q6_k, -1)
-KQ_DOTS(iq4_xs, KQ_IQ4_XS, struct cw_block_iq4_xs, -1)
+KQ_DOTS(q4_k, avx2, KQ_Q4_K, struct cw_block_q4_k, offsetof(struct cw_block_q4_k, dmin))
+KQ_DOTS(q5_k, avx2, KQ_Q5_K, struct cw_block_q5_k, offsetof(struct cw_block_q5_k, dmin))
+KQ_DOTS(q6_k, avx2, KQ_Q6_K, struct cw_block_q6_k, -1)
+KQ_DOTS(iq4_xs, avx2, KQ_IQ4_XS, struct cw_block_iq4_xs, -1)
 
 #endif

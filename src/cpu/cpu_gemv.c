@@ -18,34 +18,40 @@
 #endif
 
 struct type_ops {
-    enum cw_qtype act;     /* the activation (vec_dot) type */
-    cw_vec_dot_fn ref;     /* NULL: the CPU backend does not multiply this type */
-    cw_vec_dot_fn avx2;    /* NULL: the scalar kernel serves AVX2 too */
-    cw_vec_dot4_fn avx2_4; /* four rows at once; NULL: none */
+    enum cw_qtype act;       /* the activation (vec_dot) type */
+    cw_vec_dot_fn ref;       /* NULL: the CPU backend does not multiply this type */
+    cw_vec_dot_fn avx2;      /* NULL: the scalar kernel serves AVX2 too */
+    cw_vec_dot4_fn avx2_4;   /* four rows at once; NULL: none */
+    cw_vec_dot_fn avx512;    /* NULL: the AVX2 kernels serve AVX-512 too */
+    cw_vec_dot4_fn avx512_4;
 };
 
 static const struct type_ops type_ops[CW_TYPE_COUNT] = {
-    [CW_TYPE_F32] = {CW_TYPE_F32, cw_dot_f32_ref, X86(cw_dot_f32_avx2)},
-    [CW_TYPE_F16] = {CW_TYPE_F16, cw_dot_f16_ref, X86(cw_dot_f16_avx2)},
-    [CW_TYPE_BF16] = {CW_TYPE_BF16, cw_dot_bf16_ref, X86(cw_dot_bf16_avx2)},
-    [CW_TYPE_Q8_0] = {CW_TYPE_Q8_0, cw_dot_q8_0_ref, X86(cw_dot_q8_0_avx2)},
-    [CW_TYPE_Q4_0] = {CW_TYPE_Q8_0, cw_dot_q4_0_ref, X86(cw_dot_q4_0_avx2)},
-    [CW_TYPE_Q5_0] = {CW_TYPE_Q8_0, cw_dot_q5_0_ref, NULL},
-    [CW_TYPE_IQ4_NL] = {CW_TYPE_Q8_0, cw_dot_iq4_nl_ref, X86(cw_dot_iq4_nl_avx2)},
-    [CW_TYPE_MXFP4] = {CW_TYPE_Q8_0, cw_dot_mxfp4_ref, X86(cw_dot_mxfp4_avx2)},
-    [CW_TYPE_NVFP4] = {CW_TYPE_Q8_0, cw_dot_nvfp4_ref, NULL},
-    [CW_TYPE_Q4_1] = {CW_TYPE_Q8_1, cw_dot_q4_1_ref, NULL},
-    [CW_TYPE_Q5_1] = {CW_TYPE_Q8_1, cw_dot_q5_1_ref, NULL},
-    [CW_TYPE_Q2_K] = {CW_TYPE_Q8_K, cw_dot_q2_k_ref, NULL},
-    [CW_TYPE_Q3_K] = {CW_TYPE_Q8_K, cw_dot_q3_k_ref, NULL},
-    [CW_TYPE_Q4_K] = {CW_TYPE_Q8_K, cw_dot_q4_k_ref, X86(cw_dot_q4_k_avx2),
-                       X86(cw_dot4_q4_k_avx2)},
-    [CW_TYPE_Q5_K] = {CW_TYPE_Q8_K, cw_dot_q5_k_ref, X86(cw_dot_q5_k_avx2),
-                       X86(cw_dot4_q5_k_avx2)},
-    [CW_TYPE_Q6_K] = {CW_TYPE_Q8_K, cw_dot_q6_k_ref, X86(cw_dot_q6_k_avx2),
-                       X86(cw_dot4_q6_k_avx2)},
-    [CW_TYPE_IQ4_XS] = {CW_TYPE_Q8_K, cw_dot_iq4_xs_ref, X86(cw_dot_iq4_xs_avx2),
-                       X86(cw_dot4_iq4_xs_avx2)},
+    [CW_TYPE_F32] = {.act = CW_TYPE_F32, .ref = cw_dot_f32_ref, .avx2 = X86(cw_dot_f32_avx2)},
+    [CW_TYPE_F16] = {.act = CW_TYPE_F16, .ref = cw_dot_f16_ref, .avx2 = X86(cw_dot_f16_avx2)},
+    [CW_TYPE_BF16] = {.act = CW_TYPE_BF16, .ref = cw_dot_bf16_ref, .avx2 = X86(cw_dot_bf16_avx2)},
+    [CW_TYPE_Q8_0] = {.act = CW_TYPE_Q8_0, .ref = cw_dot_q8_0_ref, .avx2 = X86(cw_dot_q8_0_avx2)},
+    [CW_TYPE_Q4_0] = {.act = CW_TYPE_Q8_0, .ref = cw_dot_q4_0_ref, .avx2 = X86(cw_dot_q4_0_avx2)},
+    [CW_TYPE_Q5_0] = {.act = CW_TYPE_Q8_0, .ref = cw_dot_q5_0_ref},
+    [CW_TYPE_IQ4_NL] = {.act = CW_TYPE_Q8_0, .ref = cw_dot_iq4_nl_ref,
+                        .avx2 = X86(cw_dot_iq4_nl_avx2)},
+    [CW_TYPE_MXFP4] = {.act = CW_TYPE_Q8_0, .ref = cw_dot_mxfp4_ref,
+                       .avx2 = X86(cw_dot_mxfp4_avx2)},
+    [CW_TYPE_NVFP4] = {.act = CW_TYPE_Q8_0, .ref = cw_dot_nvfp4_ref},
+    [CW_TYPE_Q4_1] = {.act = CW_TYPE_Q8_1, .ref = cw_dot_q4_1_ref},
+    [CW_TYPE_Q5_1] = {.act = CW_TYPE_Q8_1, .ref = cw_dot_q5_1_ref},
+    [CW_TYPE_Q2_K] = {.act = CW_TYPE_Q8_K, .ref = cw_dot_q2_k_ref},
+    [CW_TYPE_Q3_K] = {.act = CW_TYPE_Q8_K, .ref = cw_dot_q3_k_ref},
+    [CW_TYPE_Q4_K] = {.act = CW_TYPE_Q8_K, .ref = cw_dot_q4_k_ref,
+                      .avx2 = X86(cw_dot_q4_k_avx2), .avx2_4 = X86(cw_dot4_q4_k_avx2),
+                      .avx512 = X86(cw_dot_q4_k_avx512), .avx512_4 = X86(cw_dot4_q4_k_avx512)},
+    [CW_TYPE_Q5_K] = {.act = CW_TYPE_Q8_K, .ref = cw_dot_q5_k_ref,
+                      .avx2 = X86(cw_dot_q5_k_avx2), .avx2_4 = X86(cw_dot4_q5_k_avx2)},
+    [CW_TYPE_Q6_K] = {.act = CW_TYPE_Q8_K, .ref = cw_dot_q6_k_ref,
+                      .avx2 = X86(cw_dot_q6_k_avx2), .avx2_4 = X86(cw_dot4_q6_k_avx2),
+                      .avx512 = X86(cw_dot_q6_k_avx512), .avx512_4 = X86(cw_dot4_q6_k_avx512)},
+    [CW_TYPE_IQ4_XS] = {.act = CW_TYPE_Q8_K, .ref = cw_dot_iq4_xs_ref,
+                        .avx2 = X86(cw_dot_iq4_xs_avx2), .avx2_4 = X86(cw_dot4_iq4_xs_avx2)},
 };
 
 static const struct type_ops *ops_of(enum cw_qtype t)
@@ -60,10 +66,19 @@ enum cw_cpu_isa cw_cpu_isa_best(void)
 #if defined(__x86_64__) || defined(__i386__)
     /* F16C is not asked for: every x86 CPU with AVX2 has it (and clang's
      * builtin does not know the name); cpuid itself would trap in a VM. */
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+            return CW_CPU_AVX512;
         return CW_CPU_AVX2;
+    }
 #endif
     return CW_CPU_SCALAR;
+}
+
+const char *cw_cpu_isa_name(enum cw_cpu_isa isa)
+{
+    return isa >= CW_CPU_AVX512 ? "AVX-512" : isa == CW_CPU_AVX2 ? "AVX2" : "scalar";
 }
 
 int cw_cpu_supports(enum cw_qtype wtype)
@@ -109,6 +124,8 @@ cw_vec_dot_fn cw_cpu_vec_dot_fn(enum cw_qtype wtype, enum cw_cpu_isa isa)
     const struct type_ops *o = ops_of(wtype);
     if (!o)
         return NULL;
+    if (isa >= CW_CPU_AVX512 && o->avx512)
+        return o->avx512;
     if (isa >= CW_CPU_AVX2 && o->avx2)
         return o->avx2;
     return o->ref;
@@ -117,7 +134,11 @@ cw_vec_dot_fn cw_cpu_vec_dot_fn(enum cw_qtype wtype, enum cw_cpu_isa isa)
 cw_vec_dot4_fn cw_cpu_vec_dot4_fn(enum cw_qtype wtype, enum cw_cpu_isa isa)
 {
     const struct type_ops *o = ops_of(wtype);
-    return o && isa >= CW_CPU_AVX2 ? o->avx2_4 : NULL;
+    if (!o)
+        return NULL;
+    if (isa >= CW_CPU_AVX512 && o->avx512_4)
+        return o->avx512_4;
+    return isa >= CW_CPU_AVX2 ? o->avx2_4 : NULL;
 }
 
 float cw_cpu_vec_dot(enum cw_qtype wtype, int64_t n, const void *w_row, const void *xq)

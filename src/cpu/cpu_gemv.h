@@ -27,7 +27,8 @@
 /* Instruction-set level of a kernel. */
 enum cw_cpu_isa {
     CW_CPU_SCALAR = 0,
-    CW_CPU_AVX2 = 1, /* AVX2 + FMA + F16C */
+    CW_CPU_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    CW_CPU_AVX512 = 2, /* and AVX-512 F, BW, VL, VNNI (Q4_K, Q6_K) */
 };
 
 /* w_row · xq over n elements; xq is already in the paired activation type. */
@@ -35,6 +36,9 @@ typedef float (*cw_vec_dot_fn)(int64_t n, const void *w_row, const void *xq);
 
 /* Best level this CPU runs. */
 enum cw_cpu_isa cw_cpu_isa_best(void);
+
+/* "scalar", "AVX2", "AVX-512". */
+const char *cw_cpu_isa_name(enum cw_cpu_isa isa);
 
 /* 1 if the CPU backend can multiply with weights of this type. */
 int cw_cpu_supports(enum cw_qtype wtype);

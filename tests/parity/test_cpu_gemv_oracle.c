@@ -250,7 +250,7 @@ int main(void)
         ok(0, "no llama.cpp CPU backend variant loads here (%s)", dlerror());
         return done();
     }
-    note("cwen kernels: %s", cw_cpu_isa_best() == CW_CPU_AVX2 ? "AVX2" : "scalar");
+    note("cwen kernels: %s", cw_cpu_isa_name(cw_cpu_isa_best()));
     note("ggml CPU variants compared: %s%s%s", hsw.h ? "haswell" : "",
          best.h && best.h != hsw.h ? " and best " : "", best.h && best.h != hsw.h ? best.name : "");
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
@@ -260,9 +260,15 @@ int main(void)
             compare_type(&best, types[i]);
     }
     double secs = atof(test_env("CWEN_BENCH_SECS", "0.3"));
-    struct backend *bb = hsw.h ? &hsw : &best;
+    /* against the variant ggml picks here (cwen runs its best level too),
+     * and against its AVX2 one where that differs */
+    struct backend *bb = best.h && best.h != hsw.h ? &best : &hsw;
     bench(bb, CW_TYPE_Q4_K, 8192, secs);
     bench(bb, CW_TYPE_Q6_K, 8192, secs);
+    if (hsw.h && bb != &hsw) {
+        bench(&hsw, CW_TYPE_Q4_K, 8192, secs);
+        bench(&hsw, CW_TYPE_Q6_K, 8192, secs);
+    }
     if (getenv("CWEN_BENCH_ALL")) /* the other types with a SIMD kernel */
         for (size_t i = 0; i < sizeof types / sizeof *types; i++)
             if (types[i] != CW_TYPE_Q4_K && types[i] != CW_TYPE_Q6_K &&
