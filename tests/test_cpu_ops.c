@@ -358,6 +358,25 @@ static void test_attn_shape(int H, int Hkv, int hd, int n_rot, int pos0, int n_t
             cw_pool_free(&pool);
         free(k3), free(v3), free(o3), free(scr3);
     }
+    /* the core's AVX2 loops against its scalar ones, every query row, over
+     * the cache with a few subnormal f16 values put in */
+    {
+        cw_f16 *k4 = malloc(n_ctx * kn * 2), *v4 = malloc(n_ctx * kn * 2);
+        memcpy(k4, k1, n_ctx * kn * 2), memcpy(v4, v1, n_ctx * kn * 2);
+        for (int64_t i = 0; i < T * kn; i += 7)
+            k4[i] = (cw_f16)(i % 1023 + 1), v4[(i * 3) % (T * kn)] = (cw_f16)(0x8000 | (i % 511 + 1));
+        struct cw_kv_cache kv4 = {k4, v4, n_ctx};
+        float *oa = malloc(qn * 4), *ob = malloc(qn * 4), *sc = malloc(n_ctx * 4);
+        int same = 1;
+        for (int t = 0; t < T; t++) {
+            cw_attn_core_simd(&d, &kv4, t, o1 + t * qn, oa, sc, 0);
+            cw_attn_core_simd(&d, &kv4, t, o1 + t * qn, ob, sc, 1);
+            same &= !memcmp(oa, ob, qn * 4);
+        }
+        ok(same, "attn H%d Hkv%d hd%d core: SIMD loops == scalar, bit-identical, %d rows", H, Hkv,
+           hd, (int)T);
+        free(k4), free(v4), free(oa), free(ob), free(sc);
+    }
     /* reference: q/k norm, exact-angle NeoX rope on the first n_rot dims */
     double *qr = malloc(T * qn * 8), *kr = malloc(T * kn * 8), *gr = malloc(T * qn * 8), *ref = malloc(T * qn * 8);
     for (int t = 0; t < T; t++) {
@@ -423,6 +442,7 @@ static void test_attn_shape(int H, int Hkv, int hd, int n_rot, int pos0, int n_t
 static void test_attn(void)
 {
     test_attn_shape(2, 1, 256, 64, 3, 9);  /* tiny shape */
+    test_attn_shape(4, 2, 64, 16, 2, 19);  /* groups of 8 rows and a tail (SIMD core) */
     test_attn_shape(6, 2, 40, 16, 0, 13);  /* GQA 3, odd-ish dims */
     test_attn_shape(8, 2, 24, 12, 5, 4);   /* GQA 4 */
     test_attn_shape(3, 3, 10, 2, 1, 6);    /* MHA, one rotated pair */

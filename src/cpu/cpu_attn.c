@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/pool.h"
+#include "cpu/cpu_gemv.h"
 
 /* f16 → f32 for the cache reads of the core: normal numbers by moving the
  * bits (exact), the rest (zero, subnormal, inf, nan) by the general
@@ -91,43 +92,66 @@ void cw_attn_store_kv(const struct cw_attn_dims *d, struct cw_kv_cache *kv, int6
     }
 }
 
-void cw_attn_core(const struct cw_attn_dims *d, const struct cw_kv_cache *kv, int64_t pos,
-                  const float *q, float *o, float *scores)
+void cw_attn_core_simd(const struct cw_attn_dims *d, const struct cw_kv_cache *kv, int64_t pos,
+                       const float *q, float *o, float *scores, int simd)
 {
     const int hd = d->head_dim, group = d->n_head / d->n_head_kv;
     const int64_t row = (int64_t)d->n_head_kv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
+#if defined(__x86_64__) || defined(__i386__)
+    simd = simd && hd % 64 == 0 && cw_cpu_isa_best() >= CW_CPU_AVX2;
+#else
+    simd = 0;
+#endif
     for (int h = 0; h < d->n_head; h++) {
         const int kvh = h / group; // blocked GQA (ggml broadcast i02 = i12 / r2)
         const float *qh = q + (int64_t)h * hd;
         float *oh = o + (int64_t)h * hd;
-        float max = -INFINITY;
-        for (int64_t p = 0; p <= pos; p++) {
-            const cw_f16 *kr = kv->k + p * row + (int64_t)kvh * hd;
+        const cw_f16 *kh = kv->k + (int64_t)kvh * hd, *vh = kv->v + (int64_t)kvh * hd;
+        int64_t p0 = 0;
+#if defined(__x86_64__) || defined(__i386__)
+        if (simd)
+            p0 = cw_attn_scores_avx2(qh, kh, row, hd, pos + 1, scale, scores);
+#endif
+        for (int64_t p = p0; p <= pos; p++) {
+            const cw_f16 *kr = kh + p * row;
             float s = 0.0f;
             for (int i = 0; i < hd; i++)
                 s += qh[i] * kv_f32(kr[i]);
-            s *= scale;
-            scores[p] = s;
-            max = s > max ? s : max;
+            scores[p] = s * scale;
         }
+        float max = -INFINITY;
+        for (int64_t p = 0; p <= pos; p++)
+            max = scores[p] > max ? scores[p] : max;
         double sum = 0.0;
         for (int64_t p = 0; p <= pos; p++) {
             scores[p] = expf(scores[p] - max);
             sum += (double)scores[p];
         }
-        for (int i = 0; i < hd; i++)
-            oh[i] = 0.0f;
-        for (int64_t p = 0; p <= pos; p++) {
-            const cw_f16 *vr = kv->v + p * row + (int64_t)kvh * hd;
-            const float pw = scores[p];
+#if defined(__x86_64__) || defined(__i386__)
+        if (simd)
+            cw_attn_values_avx2(scores, vh, row, hd, pos + 1, oh);
+#endif
+        if (!simd) {
             for (int i = 0; i < hd; i++)
-                oh[i] += pw * kv_f32(vr[i]);
+                oh[i] = 0.0f;
+            for (int64_t p = 0; p <= pos; p++) {
+                const cw_f16 *vr = vh + p * row;
+                const float pw = scores[p];
+                for (int i = 0; i < hd; i++)
+                    oh[i] += pw * kv_f32(vr[i]);
+            }
         }
         const float inv = (float)(1.0 / sum);
         for (int i = 0; i < hd; i++)
             oh[i] *= inv;
     }
+}
+
+void cw_attn_core(const struct cw_attn_dims *d, const struct cw_kv_cache *kv, int64_t pos,
+                  const float *q, float *o, float *scores)
+{
+    cw_attn_core_simd(d, kv, pos, q, o, scores, 1);
 }
 
 void cw_attn_gate(float *o, const float *gate, int64_t n)

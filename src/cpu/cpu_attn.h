@@ -96,6 +96,20 @@ void cw_attn_store_kv(const struct cw_attn_dims *d, struct cw_kv_cache *kv, int6
 void cw_attn_core(const struct cw_attn_dims *d, const struct cw_kv_cache *kv, int64_t pos,
                   const float *q, float *o, float *scores);
 
+/* The same with the scalar loops (simd 0) or, where the CPU has AVX2 and
+ * hd is a multiple of 64, the AVX2 ones (simd 1): the same bits. */
+void cw_attn_core_simd(const struct cw_attn_dims *d, const struct cw_kv_cache *kv, int64_t pos,
+                       const float *q, float *o, float *scores, int simd);
+
+/* The AVX2 loops (cpu_attn_avx2.c; call only when the CPU has AVX2, hd a
+ * multiple of 64). scores[p] = scale·Σ_i q[i]·k_p[i] for the rows p of k
+ * (row floats apart) in whole groups of 8 below n; returns how many it did.
+ * o[i] = Σ_p w[p]·v_p[i] over n rows. */
+int64_t cw_attn_scores_avx2(const float *q, const cw_f16 *k, int64_t row, int hd, int64_t n,
+                            float scale, float *scores);
+void cw_attn_values_avx2(const float *w, const cw_f16 *v, int64_t row, int hd, int64_t n,
+                         float *o);
+
 /* o[i] *= σ(gate[i]) over n values. */
 void cw_attn_gate(float *o, const float *gate, int64_t n);
 
