@@ -280,6 +280,21 @@ static void test_deltanet_shape(int Hk, int Hv, int dk, int dv, int K, int n_tok
            memcmp(s1, s2, ns * 4) == 0,
        "deltanet Hk%d Hv%d dk%d dv%d K%d: prompt of %d == %d single steps, bit-identical (y, conv, delta)",
        Hk, Hv, dk, dv, K, n_tok, n_tok);
+    /* the delta rule's AVX2 loop against its scalar one: the state after the
+     * prompt (s1, non-trivial), T more steps on q̂ | k̂ | v rows from m */
+    {
+        float *sa = malloc(ns * 4), *sb = malloc(ns * 4), *oa = malloc(T * vd * 4),
+              *ob = malloc(T * vd * 4), *g = malloc(T * Hv * 4), *beta = malloc(T * Hv * 4);
+        memcpy(sa, s1, ns * 4), memcpy(sb, s1, ns * 4);
+        for (int64_t i = 0; i < T * Hv; i++)
+            g[i] = -0.1f * (float)(i % 7), beta[i] = 0.1f + 0.05f * (float)(i % 5);
+        cw_deltanet_recur_simd(&d, sa, T, m, g, beta, oa, 0);
+        cw_deltanet_recur_simd(&d, sb, T, m, g, beta, ob, 1);
+        ok(!memcmp(sa, sb, ns * 4) && !memcmp(oa, ob, T * vd * 4),
+           "deltanet Hk%d Hv%d dk%d dv%d: the delta rule's SIMD loop == scalar, bit-identical "
+           "(state and outputs, %d steps)", Hk, Hv, dk, dv, T);
+        free(sa), free(sb), free(oa), free(ob), free(g), free(beta);
+    }
     /* run 3: the prompt again with the heads over 2 and 3 threads */
     for (int nth = 2; nth <= 3; nth++) {
         struct cw_pool pool;
@@ -311,6 +326,7 @@ static void test_deltanet(void)
 {
     test_deltanet_shape(2, 4, 128, 128, 4, 9);  /* tiny-moe shape */
     test_deltanet_shape(2, 6, 7, 9, 4, 11);     /* odd dims, 3 v-heads per k-head */
+    test_deltanet_shape(1, 2, 16, 24, 4, 5);    /* SIMD: two 8-blocks of k, three of v */
     test_deltanet_shape(3, 3, 16, 5, 3, 5);     /* Hv == Hk, other kernel width */
     test_deltanet_shape(1, 2, 4, 4, 1, 3);      /* no conv state at all */
     struct cw_deltanet_dims bad = {2, 5, 8, 8, 4, 1e-6f};

@@ -11,35 +11,15 @@
  * run-time CPU check. */
 #if defined(__x86_64__) || defined(__i386__)
 
-#include <immintrin.h>
+#define X86_ATTR __attribute__((target("avx2,fma,f16c")))
+#define AVX2 X86_ATTR
 
 #include "cpu/cpu_attn.h"
-
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#include "cpu/cpu_simd_x86.h"
 
 AVX2 static inline __m256 ld8h(const cw_f16 *p)
 {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
-
-/* r[k] = column k of the 8 x 8 block whose rows are r[0..7]. */
-AVX2 static inline void transpose8(__m256 r[8])
-{
-    __m256 t[8], u[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 2; i++) {
-        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
-        r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
-    }
 }
 
 AVX2 int64_t cw_attn_scores_avx2(const float *q, const cw_f16 *k, int64_t row, int hd, int64_t n,

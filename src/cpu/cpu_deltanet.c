@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/pool.h"
+#include "cpu/cpu_gemv.h"
 #include "cpu/cpu_ops.h"
 
 int64_t cw_deltanet_channels(const struct cw_deltanet_dims *d)
@@ -89,9 +90,21 @@ void cw_deltanet_l2norm_qk(const struct cw_deltanet_dims *d, int64_t n_tok, floa
         }
 }
 
-/* The delta rule for v-head h of one token (ut: its q̂ | k̂ | v row), into oh. */
+/* Whether the AVX2 form of the delta rule serves these dims. */
+static int head_simd(const struct cw_deltanet_dims *d)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    return d->d_k % 8 == 0 && d->d_v % 8 == 0 && cw_cpu_isa_best() >= CW_CPU_AVX2;
+#else
+    (void)d;
+    return 0;
+#endif
+}
+
+/* The delta rule for v-head h of one token (ut: its q̂ | k̂ | v row), into
+ * oh; simd: the AVX2 form (head_simd said it serves), the same bits. */
 static void recur_head(const struct cw_deltanet_dims *d, float *delta_state, const float *ut,
-                       float g, float b, int h, float *oh)
+                       float g, float b, int h, float *oh, int simd)
 {
     const int hk = d->n_k_head, dk = d->d_k, dv = d->d_v;
     const int64_t k_off = (int64_t)hk * dk, v_off = 2 * (int64_t)hk * dk;
@@ -102,6 +115,14 @@ static void recur_head(const struct cw_deltanet_dims *d, float *delta_state, con
     const float *v = ut + v_off + (int64_t)h * dv;
     const float decay = expf(g);
     float *S = delta_state + (int64_t)h * dv * dk;
+#if defined(__x86_64__) || defined(__i386__)
+    if (simd) {
+        cw_deltanet_head_avx2(S, q, k, v, decay, b, scale, dk, dv, oh);
+        return;
+    }
+#else
+    (void)simd;
+#endif
     // Column j of S is row j of the stored block (key index contiguous),
     // so every step is a contiguous pass over one row.
     for (int j = 0; j < dv; j++) {
@@ -121,15 +142,22 @@ static void recur_head(const struct cw_deltanet_dims *d, float *delta_state, con
     }
 }
 
-void cw_deltanet_recur(const struct cw_deltanet_dims *d, float *delta_state, int64_t n_tok,
-                       const float *u, const float *g, const float *beta, float *o)
+void cw_deltanet_recur_simd(const struct cw_deltanet_dims *d, float *delta_state, int64_t n_tok,
+                            const float *u, const float *g, const float *beta, float *o, int simd)
 {
     const int64_t C = cw_deltanet_channels(d);
     const int hv = d->n_v_head, dv = d->d_v;
+    simd = simd && head_simd(d);
     for (int64_t t = 0; t < n_tok; t++)
         for (int h = 0; h < hv; h++)
             recur_head(d, delta_state, u + t * C, g[t * hv + h], beta[t * hv + h], h,
-                       o + t * (int64_t)hv * dv + (int64_t)h * dv);
+                       o + t * (int64_t)hv * dv + (int64_t)h * dv, simd);
+}
+
+void cw_deltanet_recur(const struct cw_deltanet_dims *d, float *delta_state, int64_t n_tok,
+                       const float *u, const float *g, const float *beta, float *o)
+{
+    cw_deltanet_recur_simd(d, delta_state, n_tok, u, g, beta, o, 1);
 }
 
 /* RMSNorm ⊙ silu(z) of one head's row (y may alias o). */
@@ -158,6 +186,7 @@ struct dn_heads_job {
     float *delta;
     const float *u, *g, *beta, *z;
     float *y;
+    int simd;
 };
 
 static void dn_heads(void *p, int ith, int nth)
@@ -166,7 +195,7 @@ static void dn_heads(void *p, int ith, int nth)
     const int hv = j->d->n_v_head, dv = j->d->d_v;
     for (int h = hv * ith / nth; h < hv * (ith + 1) / nth; h++) {
         float *yh = j->y + (int64_t)h * dv;
-        recur_head(j->d, j->delta, j->u, j->g[h], j->beta[h], h, yh);
+        recur_head(j->d, j->delta, j->u, j->g[h], j->beta[h], h, yh, j->simd);
         gated_norm_row(j->d, j->w->norm, yh, j->z + (int64_t)h * dv, yh);
     }
 }
@@ -184,14 +213,14 @@ int cw_deltanet_forward_pool(struct cw_pool *pool, const struct cw_deltanet_dims
     const int64_t C = cw_deltanet_channels(d);
     const int64_t hv = d->n_v_head, vd = hv * d->d_v;
     float *u = scratch, *beta = u + C, *g = beta + hv;
-    const int threaded = pool && cw_pool_size(pool) > 1 && hv > 1;
+    const int threaded = pool && cw_pool_size(pool) > 1 && hv > 1, simd = head_simd(d);
     // Token by token: the only state that crosses tokens is st, so a prompt
     // and the same tokens one at a time run identical arithmetic.
     for (int64_t t = 0; t < n_tok; t++) {
         cw_deltanet_gates(d, w, 1, beta_logit + t * hv, alpha + t * hv, beta, g);
         cw_deltanet_conv(d, w->conv, st->conv, 1, m + t * C, u);
         cw_deltanet_l2norm_qk(d, 1, u);
-        struct dn_heads_job j = {d, w, st->delta, u, g, beta, z + t * vd, y + t * vd};
+        struct dn_heads_job j = {d, w, st->delta, u, g, beta, z + t * vd, y + t * vd, simd};
         if (threaded)
             cw_pool_run(pool, dn_heads, &j);
         else

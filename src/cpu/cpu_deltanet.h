@@ -98,6 +98,17 @@ void cw_deltanet_l2norm_qk(const struct cw_deltanet_dims *d, int64_t n_tok, floa
 void cw_deltanet_recur(const struct cw_deltanet_dims *d, float *delta_state, int64_t n_tok,
                        const float *u, const float *g, const float *beta, float *o);
 
+/* The same with the scalar loop (simd 0) or, where the CPU has AVX2 and dk,
+ * dv are multiples of 8, the AVX2 one (simd 1): the same bits. */
+void cw_deltanet_recur_simd(const struct cw_deltanet_dims *d, float *delta_state, int64_t n_tok,
+                            const float *u, const float *g, const float *beta, float *o, int simd);
+
+/* One v-head's delta rule with AVX2 (cpu_deltanet_avx2.c; call only when the
+ * CPU has AVX2, dk and dv multiples of 8): S [dv][dk] updated in place, o
+ * [dv] = Sᵀq̂·scale after S ← e^g S + k̂ δᵀ, δ = β(v − Sᵀk̂). */
+void cw_deltanet_head_avx2(float *S, const float *q, const float *k, const float *v,
+                           float decay, float b, float scale, int dk, int dv, float *o);
+
 /* y = RMSNorm(o_h; norm) ⊙ silu(z_h) per head, n_tok rows of Hv*dv. y may alias o. */
 void cw_deltanet_gated_norm(const struct cw_deltanet_dims *d, const float *norm, int64_t n_tok,
                             const float *o, const float *z, float *y);

@@ -13,7 +13,7 @@
 #define X86_ATTR __attribute__((target("avx2,fma,f16c")))
 #define AVX2 X86_ATTR
 
-#include "cpu/cpu_dot_x86.h"
+#include "cpu/cpu_simd_x86.h"
 
 /* Sum over 16-bit pairs of w*a for signed w and a (a != -128). */
 AVX2 static inline __m256i dot_s8(__m256i w, __m256i a)

@@ -12,7 +12,7 @@
 
 #define X86_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
-#include "cpu/cpu_dot_x86.h"
+#include "cpu/cpu_simd_x86.h"
 
 /* pshufb mask broadcasting 16-bit element lo in the low 256 bits and hi in
  * the high 256 bits of a register holding 8 i16 in each 128-bit lane. */

@@ -2,7 +2,7 @@
  * the includer's kq_block (one super-block against KQ_NT or fewer rows, its
  * integer sums exact), compiled for the includer's X86_ATTR target. The
  * float steps are here once, so every ISA level gives the scalar kernels'
- * bits. Include after cpu_dot_x86.h and the includer's kq_block. */
+ * bits. Include after cpu_simd_x86.h and the includer's kq_block. */
 #ifndef CW_CPU_DOT_KQ_H
 #define CW_CPU_DOT_KQ_H
 

@@ -1,12 +1,12 @@
-/* cpu_dot_x86.h — internal to cpu/: the x86 SIMD helpers that the AVX2 and
- * AVX-512 kernel files share. Each includer defines X86_ATTR (its target
+/* cpu_simd_x86.h — internal to cpu/: the x86 SIMD helpers that the AVX2 and
+ * AVX-512 kernel files (products, attention, DeltaNet) share. Each includer defines X86_ATTR (its target
  * attribute) first, so every helper here is compiled for that target and
  * inlines into its kernels. */
-#ifndef CW_CPU_DOT_X86_H
-#define CW_CPU_DOT_X86_H
+#ifndef CW_CPU_SIMD_X86_H
+#define CW_CPU_SIMD_X86_H
 
 #ifndef X86_ATTR
-#error "define X86_ATTR (the includer's target attribute) before cpu_dot_x86.h"
+#error "define X86_ATTR (the includer's target attribute) before cpu_simd_x86.h"
 #endif
 
 #include <immintrin.h>
@@ -25,6 +25,26 @@ X86_ATTR static inline int32_t hsum_i32(__m256i v)
 X86_ATTR static inline float h2f(cw_f16 h)
 {
     return _cvtsh_ss(h);
+}
+
+/* r[c] = column c of the 8 x 8 block whose rows are r[0..7]. */
+X86_ATTR static inline void transpose8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+        r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+    }
 }
 
 /* Lane j = the sum of all lanes of v[j]: eight blocks' totals at once. */
