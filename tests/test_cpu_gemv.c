@@ -169,8 +169,8 @@ static void test_random_blocks(void)
         float *x = malloc(n * sizeof(float));
         void *xq = malloc(cw_cpu_act_bytes(t, n));
         int same = 1, same4 = 1, n4_levels = 0;
-        void *xq4[4];
-        for (int i = 0; i < 4; i++)
+        void *xq4[8];
+        for (int i = 0; i < 8; i++)
             xq4[i] = malloc(cw_cpu_act_bytes(t, n));
         for (int rep = 0; rep < 200; rep++) {
             for (size_t i = 0; i < rb; i++)
@@ -193,37 +193,39 @@ static void test_random_blocks(void)
                 float b = cw_cpu_vec_dot_fn(t, (enum cw_cpu_isa)isa)(n, wq, xq);
                 same &= !memcmp(&a, &b, sizeof a);
             }
-            for (int isa = CW_CPU_AVX2; isa <= (int)best; isa++) {
-                cw_vec_dot4_fn dot4 = cw_cpu_vec_dot4_fn(t, (enum cw_cpu_isa)isa);
-                if (!dot4)
-                    continue;
-                n4_levels |= 1 << isa;
-                /* four rows, the row's length cut to 2 blocks now and then
-                 * (the 35B's 512-wide experts: no group of 8) */
-                const int64_t n4 = rep % 4 == 3 ? 2 * tr->block_elems : n;
-                const void *xs[4];
-                float r4[4];
-                for (int i = 0; i < 4; i++) {
-                    fill(x, n);
-                    cw_cpu_quantize_act(t, x, xq4[i], n4);
-                    xs[i] = xq4[i];
+            for (int isa = CW_CPU_AVX2; isa <= (int)best; isa++)
+                for (int rows = 4; rows <= 8; rows += 4) {
+                    cw_vec_dotn_fn dotn = cw_cpu_vec_dotn_fn(t, (enum cw_cpu_isa)isa, rows);
+                    if (!dotn)
+                        continue;
+                    n4_levels |= 1 << (4 * isa + rows / 4);
+                    /* the row's length cut to 2 blocks now and then (the
+                     * 35B's 512-wide experts: no group of 8) */
+                    const int64_t n4 = rep % 4 == 3 ? 2 * tr->block_elems : n;
+                    const void *xs[8];
+                    float r4[8];
+                    for (int i = 0; i < rows; i++) {
+                        fill(x, n);
+                        cw_cpu_quantize_act(t, x, xq4[i], n4);
+                        xs[i] = xq4[i];
+                    }
+                    dotn(n4, wq, xs, r4);
+                    for (int i = 0; i < rows; i++) {
+                        float want = cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR)(n4, wq, xq4[i]);
+                        same4 &= !memcmp(&want, &r4[i], sizeof want);
+                    }
                 }
-                dot4(n4, wq, xs, r4);
-                for (int i = 0; i < 4; i++) {
-                    float want = cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR)(n4, wq, xq4[i]);
-                    same4 &= !memcmp(&want, &r4[i], sizeof want);
-                }
-            }
         }
         ok(same, "%s: random blocks: every SIMD level == scalar bit for bit", cw_qtype_name(t));
         if (n4_levels)
-            ok(same4, "%s: random blocks: four-row kernels (levels mask %#x) == scalar bit for bit, each row",
+            ok(same4, "%s: random blocks: multi-row kernels (mask %#x) == scalar bit for bit, each row",
                cw_qtype_name(t), n4_levels);
         if (best >= CW_CPU_AVX512 && (t == CW_TYPE_Q4_K || t == CW_TYPE_Q6_K))
             ok(cw_cpu_vec_dot_fn(t, CW_CPU_AVX512) != cw_cpu_vec_dot_fn(t, CW_CPU_AVX2) &&
-                   cw_cpu_vec_dot4_fn(t, CW_CPU_AVX512) != cw_cpu_vec_dot4_fn(t, CW_CPU_AVX2),
+                   cw_cpu_vec_dotn_fn(t, CW_CPU_AVX512, 4) != cw_cpu_vec_dotn_fn(t, CW_CPU_AVX2, 4) &&
+                   cw_cpu_vec_dotn_fn(t, CW_CPU_AVX512, 8) != NULL,
                "%s has its own AVX-512 kernels", cw_qtype_name(t));
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 8; i++)
             free(xq4[i]);
         if (best >= CW_CPU_AVX2)
             ok(cw_cpu_vec_dot_fn(t, CW_CPU_AVX2) != cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR),
@@ -235,7 +237,7 @@ static void test_random_blocks(void)
 static void test_matmul(enum cw_qtype t, struct cw_pool pools[3])
 {
     const char *name = cw_qtype_name(t);
-    int64_t n_in = size_for(t, 1), n_out = 37, n_tok = 9; /* two groups of four and one */
+    int64_t n_in = size_for(t, 1), n_out = 37, n_tok = 13; /* eight, four and one */
     size_t rb = cw_qtype_row_bytes(t, n_in);
     float *w = malloc(n_in * n_out * sizeof(float)), *x = malloc(n_in * n_tok * sizeof(float));
     char *wq = malloc(rb * n_out);
@@ -273,13 +275,15 @@ static void test_matmul(enum cw_qtype t, struct cw_pool pools[3])
 static void test_matmul_id(enum cw_qtype t, struct cw_pool *pool)
 {
     const char *name = cw_qtype_name(t);
-    int64_t n_in = size_for(t, 0), n_out = 19, n_exp = 5, n_used = 3, n_tok = 4;
+    int64_t n_in = size_for(t, 0), n_out = 19, n_exp = 5, n_used = 3, n_tok = 8;
     size_t rb = cw_qtype_row_bytes(t, n_in), stride = rb * n_out;
     float *w = malloc(n_in * n_out * n_exp * sizeof(float));
     char *wq = malloc(stride * n_exp);
     fill(w, n_in * n_out * n_exp);
     quant_weights(t, w, wq, n_out * n_exp, n_in);
-    int32_t ids[12] = {2, 0, 4, 4, 1, 2, 0, 2, -1, 3, 2, 1};
+    /* expert 2 takes 13 pairs (eight, four and one a pass), expert 0 four */
+    int32_t ids[24] = {2, 0, 4, 4, 1, 2, 0, 2, -1, 3, 2, 1, 2, 2, 0, 2, 2, 3,
+                       2, 2, 0, 2, 2, 2};
     float *x = malloc(n_in * n_tok * n_used * sizeof(float));
     fill(x, n_in * n_tok * n_used);
     float *y = malloc(n_out * n_tok * n_used * sizeof(float));

@@ -157,22 +157,24 @@ CW_DOT_DECL(cw_dot_q5_k_avx2)
 CW_DOT_DECL(cw_dot_q6_k_avx2)
 CW_DOT_DECL(cw_dot_iq4_xs_avx2)
 
-/* Four activation rows against one weight row (cpu_dot_avx2.c): out[t] =
- * the single-row kernel's result for xq[t], bit for bit. */
-#define CW_DOT4_DECL(name) void name(int64_t n, const void *w_row, const void *const *xq, float *out);
-CW_DOT4_DECL(cw_dot4_q4_k_avx2)
-CW_DOT4_DECL(cw_dot4_q5_k_avx2)
-CW_DOT4_DECL(cw_dot4_q6_k_avx2)
-CW_DOT4_DECL(cw_dot4_iq4_xs_avx2)
+/* Four (eight) activation rows against one weight row: out[t] = the
+ * single-row kernel's result for xq[t], bit for bit. */
+#define CW_DOTN_DECL(name) void name(int64_t n, const void *w_row, const void *const *xq, float *out);
+CW_DOTN_DECL(cw_dot4_q4_k_avx2)
+CW_DOTN_DECL(cw_dot4_q5_k_avx2)
+CW_DOTN_DECL(cw_dot4_q6_k_avx2)
+CW_DOTN_DECL(cw_dot4_iq4_xs_avx2)
 
 /* AVX-512 F+BW+VL+VNNI kernels (cpu_dot_avx512.c); call only when the CPU has them */
 CW_DOT_DECL(cw_dot_q4_k_avx512)
 CW_DOT_DECL(cw_dot_q6_k_avx512)
-CW_DOT4_DECL(cw_dot4_q4_k_avx512)
-CW_DOT4_DECL(cw_dot4_q6_k_avx512)
+CW_DOTN_DECL(cw_dot4_q4_k_avx512)
+CW_DOTN_DECL(cw_dot4_q6_k_avx512)
+CW_DOTN_DECL(cw_dot8_q4_k_avx512)
+CW_DOTN_DECL(cw_dot8_q6_k_avx512)
 
 #undef CW_DOT_DECL
-#undef CW_DOT4_DECL
+#undef CW_DOTN_DECL
 
 /* Activation quantiser for Q8_1 (the one quant_quant.c does not provide). */
 void cw_cpu_quant_row_q8_1(const float *x, void *y, int64_t n);

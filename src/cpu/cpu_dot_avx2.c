@@ -332,9 +332,13 @@ kq_block(enum kq k, const uint8_t *blk, const struct cw_block_q8_k *const *x, in
 
 #include "cpu/cpu_dot_kq.h"
 
-KQ_DOTS(q4_k, avx2, KQ_Q4_K, struct cw_block_q4_k, offsetof(struct cw_block_q4_k, dmin))
-KQ_DOTS(q5_k, avx2, KQ_Q5_K, struct cw_block_q5_k, offsetof(struct cw_block_q5_k, dmin))
-KQ_DOTS(q6_k, avx2, KQ_Q6_K, struct cw_block_q6_k, -1)
-KQ_DOTS(iq4_xs, avx2, KQ_IQ4_XS, struct cw_block_iq4_xs, -1)
+KQ_DOT1(q4_k, avx2, KQ_Q4_K, struct cw_block_q4_k, offsetof(struct cw_block_q4_k, dmin))
+KQ_DOTN(4, q4_k, avx2, KQ_Q4_K, struct cw_block_q4_k, offsetof(struct cw_block_q4_k, dmin))
+KQ_DOT1(q5_k, avx2, KQ_Q5_K, struct cw_block_q5_k, offsetof(struct cw_block_q5_k, dmin))
+KQ_DOTN(4, q5_k, avx2, KQ_Q5_K, struct cw_block_q5_k, offsetof(struct cw_block_q5_k, dmin))
+KQ_DOT1(q6_k, avx2, KQ_Q6_K, struct cw_block_q6_k, -1)
+KQ_DOTN(4, q6_k, avx2, KQ_Q6_K, struct cw_block_q6_k, -1)
+KQ_DOT1(iq4_xs, avx2, KQ_IQ4_XS, struct cw_block_iq4_xs, -1)
+KQ_DOTN(4, iq4_xs, avx2, KQ_IQ4_XS, struct cw_block_iq4_xs, -1)
 
 #endif

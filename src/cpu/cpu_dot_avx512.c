@@ -11,6 +11,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 
 #define X86_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+/* eight prompt rows a pass: 32 registers hold their accumulators */
+#define KQ_NT 8
 
 #include "cpu/cpu_simd_x86.h"
 
@@ -127,7 +129,11 @@ kq_block(enum kq k, const uint8_t *blk, const struct cw_block_q8_k *const *x, in
 
 #include "cpu/cpu_dot_kq.h"
 
-KQ_DOTS(q4_k, avx512, KQ_Q4_K, struct cw_block_q4_k, offsetof(struct cw_block_q4_k, dmin))
-KQ_DOTS(q6_k, avx512, KQ_Q6_K, struct cw_block_q6_k, -1)
+KQ_DOT1(q4_k, avx512, KQ_Q4_K, struct cw_block_q4_k, offsetof(struct cw_block_q4_k, dmin))
+KQ_DOTN(4, q4_k, avx512, KQ_Q4_K, struct cw_block_q4_k, offsetof(struct cw_block_q4_k, dmin))
+KQ_DOTN(8, q4_k, avx512, KQ_Q4_K, struct cw_block_q4_k, offsetof(struct cw_block_q4_k, dmin))
+KQ_DOT1(q6_k, avx512, KQ_Q6_K, struct cw_block_q6_k, -1)
+KQ_DOTN(4, q6_k, avx512, KQ_Q6_K, struct cw_block_q6_k, -1)
+KQ_DOTN(8, q6_k, avx512, KQ_Q6_K, struct cw_block_q6_k, -1)
 
 #endif

@@ -72,19 +72,21 @@ kq_dot(enum kq k, int bb, int doff, int mofs, int64_t n, const void *w_row,
         out[t] = cw_reduce8(acc[t]);
 }
 
-/* The single-row kernel of a K-quant type at an ISA level and its
- * KQ_NT-row form: cw_dot_<name>_<isa> and cw_dot4_<name>_<isa>. */
-#define KQ_DOTS(name, isa, k, T, mofs)                                                    \
+/* The single-row kernel of a K-quant type at an ISA level,
+ * cw_dot_<name>_<isa>, and its form for rows (<= KQ_NT) activation rows,
+ * cw_dot<rows>_<name>_<isa>. */
+#define KQ_DOT1(name, isa, k, T, mofs)                                                    \
     X86_ATTR float cw_dot_##name##_##isa(int64_t n, const void *w_row, const void *xq)    \
     {                                                                                     \
         float r;                                                                          \
         kq_dot(k, sizeof(T), offsetof(T, d), mofs, n, w_row, &xq, 1, &r);                 \
         return r;                                                                         \
-    }                                                                                     \
-    X86_ATTR void cw_dot4_##name##_##isa(int64_t n, const void *w_row, const void *const *xq, \
-                                    float *out)                                           \
+    }
+#define KQ_DOTN(rows, name, isa, k, T, mofs)                                              \
+    X86_ATTR void cw_dot##rows##_##name##_##isa(int64_t n, const void *w_row,             \
+                                                const void *const *xq, float *out)        \
     {                                                                                     \
-        kq_dot(k, sizeof(T), offsetof(T, d), mofs, n, w_row, xq, KQ_NT, out);             \
+        kq_dot(k, sizeof(T), offsetof(T, d), mofs, n, w_row, xq, rows, out);              \
     }
 
 #endif

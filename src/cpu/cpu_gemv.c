@@ -21,9 +21,9 @@ struct type_ops {
     enum cw_qtype act;       /* the activation (vec_dot) type */
     cw_vec_dot_fn ref;       /* NULL: the CPU backend does not multiply this type */
     cw_vec_dot_fn avx2;      /* NULL: the scalar kernel serves AVX2 too */
-    cw_vec_dot4_fn avx2_4;   /* four rows at once; NULL: none */
+    cw_vec_dotn_fn avx2_4;   /* four rows at once; NULL: none */
     cw_vec_dot_fn avx512;    /* NULL: the AVX2 kernels serve AVX-512 too */
-    cw_vec_dot4_fn avx512_4;
+    cw_vec_dotn_fn avx512_4, avx512_8;
 };
 
 static const struct type_ops type_ops[CW_TYPE_COUNT] = {
@@ -44,12 +44,14 @@ static const struct type_ops type_ops[CW_TYPE_COUNT] = {
     [CW_TYPE_Q3_K] = {.act = CW_TYPE_Q8_K, .ref = cw_dot_q3_k_ref},
     [CW_TYPE_Q4_K] = {.act = CW_TYPE_Q8_K, .ref = cw_dot_q4_k_ref,
                       .avx2 = X86(cw_dot_q4_k_avx2), .avx2_4 = X86(cw_dot4_q4_k_avx2),
-                      .avx512 = X86(cw_dot_q4_k_avx512), .avx512_4 = X86(cw_dot4_q4_k_avx512)},
+                      .avx512 = X86(cw_dot_q4_k_avx512), .avx512_4 = X86(cw_dot4_q4_k_avx512),
+                      .avx512_8 = X86(cw_dot8_q4_k_avx512)},
     [CW_TYPE_Q5_K] = {.act = CW_TYPE_Q8_K, .ref = cw_dot_q5_k_ref,
                       .avx2 = X86(cw_dot_q5_k_avx2), .avx2_4 = X86(cw_dot4_q5_k_avx2)},
     [CW_TYPE_Q6_K] = {.act = CW_TYPE_Q8_K, .ref = cw_dot_q6_k_ref,
                       .avx2 = X86(cw_dot_q6_k_avx2), .avx2_4 = X86(cw_dot4_q6_k_avx2),
-                      .avx512 = X86(cw_dot_q6_k_avx512), .avx512_4 = X86(cw_dot4_q6_k_avx512)},
+                      .avx512 = X86(cw_dot_q6_k_avx512), .avx512_4 = X86(cw_dot4_q6_k_avx512),
+                      .avx512_8 = X86(cw_dot8_q6_k_avx512)},
     [CW_TYPE_IQ4_XS] = {.act = CW_TYPE_Q8_K, .ref = cw_dot_iq4_xs_ref,
                         .avx2 = X86(cw_dot_iq4_xs_avx2), .avx2_4 = X86(cw_dot4_iq4_xs_avx2)},
 };
@@ -131,14 +133,18 @@ cw_vec_dot_fn cw_cpu_vec_dot_fn(enum cw_qtype wtype, enum cw_cpu_isa isa)
     return o->ref;
 }
 
-cw_vec_dot4_fn cw_cpu_vec_dot4_fn(enum cw_qtype wtype, enum cw_cpu_isa isa)
+cw_vec_dotn_fn cw_cpu_vec_dotn_fn(enum cw_qtype wtype, enum cw_cpu_isa isa, int rows)
 {
     const struct type_ops *o = ops_of(wtype);
-    if (!o)
+    if (!o || isa < CW_CPU_AVX2)
+        return NULL;
+    if (rows == 8)
+        return isa >= CW_CPU_AVX512 ? o->avx512_8 : NULL;
+    if (rows != 4)
         return NULL;
     if (isa >= CW_CPU_AVX512 && o->avx512_4)
         return o->avx512_4;
-    return isa >= CW_CPU_AVX2 ? o->avx2_4 : NULL;
+    return o->avx2_4;
 }
 
 float cw_cpu_vec_dot(enum cw_qtype wtype, int64_t n, const void *w_row, const void *xq)
@@ -153,7 +159,7 @@ float cw_cpu_vec_dot(enum cw_qtype wtype, int64_t n, const void *w_row, const vo
 struct mm_ctx {
     enum cw_qtype wtype;
     cw_vec_dot_fn dot;
-    cw_vec_dot4_fn dot4; /* NULL: one row at a time */
+    cw_vec_dotn_fn dot4, dot8; /* four, eight rows a pass; NULL: none */
     const char *w;
     size_t row_bytes, act_bytes, expert_stride;
     int64_t n_in, n_out, n_tok, n_used, n_pairs;
@@ -177,37 +183,54 @@ static void quant_task(void *p, int ith, int nth)
         cw_cpu_quantize_act(c->wtype, c->x + t * c->n_in, c->xq + t * c->act_bytes, c->n_in);
 }
 
+/* w_row against the n activation rows xs[i] into *ys[i]: eight rows a pass,
+ * then four, where the type has such kernels, then one at a time; every
+ * result the bits of one vec_dot. */
+static void dots(const struct mm_ctx *c, const char *w_row, const void *const *xs,
+                 float *const *ys, int64_t n)
+{
+    int64_t i = 0;
+    float r[8];
+    for (; c->dot8 && i + 8 <= n; i += 8) {
+        c->dot8(c->n_in, w_row, xs + i, r);
+        for (int k = 0; k < 8; k++)
+            *ys[i + k] = r[k];
+    }
+    for (; c->dot4 && i + 4 <= n; i += 4) {
+        c->dot4(c->n_in, w_row, xs + i, r);
+        for (int k = 0; k < 4; k++)
+            *ys[i + k] = r[k];
+    }
+    for (; i < n; i++)
+        *ys[i] = c->dot(c->n_in, w_row, xs[i]);
+}
+
 /* Rows in tiles of DENSE_ROWS: a tile's weights (18 KB of 2048-wide Q4_K)
- * stay in L1 while every token's activations pass once, so the activations
- * are streamed n_out/DENSE_ROWS times instead of n_out times. Each output is
- * still one dot product of one row and one token: the bits do not depend on
- * the tiling or on the batch. */
+ * stay in L1 while the tokens' activations pass, DENSE_TOKENS at a time, so
+ * the activations are streamed n_out/DENSE_ROWS times instead of n_out
+ * times. Each output still has the bits of one dot product of one row and
+ * one token: they do not depend on the tiling or on the batch. */
 #define DENSE_ROWS 16
+#define DENSE_TOKENS 64 /* tokens a pass of a tile (the pointer lists' size) */
 
 static void dense_task(void *p, int ith, int nth)
 {
     struct mm_ctx *c = p;
     int64_t r0, r1;
     split(c->n_out, ith, nth, &r0, &r1);
+    const void *xs[DENSE_TOKENS];
+    float *ys[DENSE_TOKENS];
     for (int64_t o0 = r0; o0 < r1; o0 += DENSE_ROWS) {
         const int64_t o1 = o0 + DENSE_ROWS < r1 ? o0 + DENSE_ROWS : r1;
-        int64_t t = 0;
-        for (; c->dot4 && t + 4 <= c->n_tok; t += 4) {
-            const void *xs[4];
-            for (int i = 0; i < 4; i++)
-                xs[i] = c->xq + (t + i) * c->act_bytes;
+        for (int64_t t0 = 0; t0 < c->n_tok; t0 += DENSE_TOKENS) {
+            const int64_t nt = c->n_tok - t0 < DENSE_TOKENS ? c->n_tok - t0 : DENSE_TOKENS;
+            for (int64_t i = 0; i < nt; i++)
+                xs[i] = c->xq + (t0 + i) * c->act_bytes;
             for (int64_t o = o0; o < o1; o++) {
-                float r[4];
-                c->dot4(c->n_in, c->w + o * c->row_bytes, xs, r);
-                for (int i = 0; i < 4; i++)
-                    c->y[(t + i) * c->n_out + o] = r[i];
+                for (int64_t i = 0; i < nt; i++)
+                    ys[i] = c->y + (t0 + i) * c->n_out + o;
+                dots(c, c->w + o * c->row_bytes, xs, ys, nt);
             }
-        }
-        for (; t < c->n_tok; t++) {
-            const char *xt = c->xq + t * c->act_bytes;
-            float *yt = c->y + t * c->n_out;
-            for (int64_t o = o0; o < o1; o++)
-                yt[o] = c->dot(c->n_in, c->w + o * c->row_bytes, xt);
         }
     }
 }
@@ -236,7 +259,8 @@ void cw_cpu_matmul(struct cw_pool *pool, enum cw_qtype wtype, const void *w, int
     struct mm_ctx c = {
         .wtype = wtype,
         .dot = cw_cpu_vec_dot_fn(wtype, cw_cpu_isa_best()),
-        .dot4 = cw_cpu_vec_dot4_fn(wtype, cw_cpu_isa_best()),
+        .dot4 = cw_cpu_vec_dotn_fn(wtype, cw_cpu_isa_best(), 4),
+        .dot8 = cw_cpu_vec_dotn_fn(wtype, cw_cpu_isa_best(), 8),
         .w = w,
         .row_bytes = cw_qtype_row_bytes(wtype, n_in),
         .act_bytes = cw_cpu_act_bytes(wtype, n_in),
@@ -268,6 +292,8 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+#define ID_PAIRS 64 /* an expert's pairs a pass (the pointer lists' size) */
+
 /* The activation row of an (expert << 32 | pair) entry of the order. */
 static int64_t id_x_row(const struct mm_ctx *c, int64_t entry)
 {
@@ -276,8 +302,8 @@ static int64_t id_x_row(const struct mm_ctx *c, int64_t entry)
 }
 
 /* Each thread takes its share of the rows of every expert in turn, and for
- * each such row runs through all the pairs routed to that expert, four at a
- * time where the type has a four-row kernel. */
+ * each such row runs through the pairs routed to that expert (dots: several
+ * at a time where the type has multi-row kernels), ID_PAIRS a pass. */
 static void id_task(void *p, int ith, int nth)
 {
     struct mm_ctx *c = p;
@@ -288,22 +314,16 @@ static void id_task(void *p, int ith, int nth)
         while (g1 < c->n_pairs && c->order[g1] >> 32 == e)
             g1++;
         const char *we = c->w + (size_t)e * c->expert_stride;
-        for (int64_t o = r0; o < r1; o++) {
-            const char *wr = we + o * c->row_bytes;
-            int64_t g = g0;
-            for (; c->dot4 && g + 4 <= g1; g += 4) {
-                const void *xs[4];
-                float r[4];
-                for (int i = 0; i < 4; i++)
-                    xs[i] = c->xq + id_x_row(c, c->order[g + i]) * c->act_bytes;
-                c->dot4(c->n_in, wr, xs, r);
-                for (int i = 0; i < 4; i++)
-                    c->y[(c->order[g + i] & 0xffffffff) * c->n_out + o] = r[i];
-            }
-            for (; g < g1; g++) {
-                int64_t pair = c->order[g] & 0xffffffff;
-                c->y[pair * c->n_out + o] =
-                    c->dot(c->n_in, wr, c->xq + id_x_row(c, c->order[g]) * c->act_bytes);
+        for (int64_t gb = g0; gb < g1; gb += ID_PAIRS) {
+            const int64_t np = g1 - gb < ID_PAIRS ? g1 - gb : ID_PAIRS;
+            const void *xs[ID_PAIRS];
+            float *ys[ID_PAIRS];
+            for (int64_t i = 0; i < np; i++)
+                xs[i] = c->xq + id_x_row(c, c->order[gb + i]) * c->act_bytes;
+            for (int64_t o = r0; o < r1; o++) {
+                for (int64_t i = 0; i < np; i++)
+                    ys[i] = c->y + (c->order[gb + i] & 0xffffffff) * c->n_out + o;
+                dots(c, we + o * c->row_bytes, xs, ys, np);
             }
         }
         g0 = g1;
@@ -319,7 +339,8 @@ void cw_cpu_matmul_id(struct cw_pool *pool, enum cw_qtype wtype, const void *w,
     struct mm_ctx c = {
         .wtype = wtype,
         .dot = cw_cpu_vec_dot_fn(wtype, cw_cpu_isa_best()),
-        .dot4 = cw_cpu_vec_dot4_fn(wtype, cw_cpu_isa_best()),
+        .dot4 = cw_cpu_vec_dotn_fn(wtype, cw_cpu_isa_best(), 4),
+        .dot8 = cw_cpu_vec_dotn_fn(wtype, cw_cpu_isa_best(), 8),
         .w = w,
         .row_bytes = cw_qtype_row_bytes(wtype, n_in),
         .act_bytes = cw_cpu_act_bytes(wtype, n_in),

@@ -12,7 +12,7 @@
  * and the 8 lanes are summed by a fixed tree; F32/F16/BF16 rows use 32
  * interleaved lanes reduced by a fixed tree. The AVX2 kernels follow the same
  * order, so they are bit-identical to the scalar ones (tested). Every output
- * element of a matmul has the bits of one vec_dot call (the four-row kernels
+ * element of a matmul has the bits of one vec_dot call (the multi-row kernels
  * included), so results do not depend on the thread count or on how tokens
  * are batched. */
 #ifndef CW_CPU_GEMV_H
@@ -46,10 +46,10 @@ int cw_cpu_supports(enum cw_qtype wtype);
 /* The activation type a weight type pairs with; -1 if unsupported. */
 int cw_cpu_vec_dot_type(enum cw_qtype wtype);
 
-/* w_row · xq[t] for t < 4 into out[t]: four activation rows against one
- * weight row, whose blocks are unpacked once for all four (prompts). Each
- * out[t] has the bits of the type's vec_dot on xq[t]. */
-typedef void (*cw_vec_dot4_fn)(int64_t n, const void *w_row, const void *const *xq, float *out);
+/* w_row · xq[t] for t < rows into out[t]: several activation rows against
+ * one weight row, whose blocks are unpacked once for all of them (prompts).
+ * Each out[t] has the bits of the type's vec_dot on xq[t]. */
+typedef void (*cw_vec_dotn_fn)(int64_t n, const void *w_row, const void *const *xq, float *out);
 
 /* Bytes of one activation row of n elements quantised for wtype; 0 if the
  * type is unsupported or n is not a multiple of the block sizes. */
@@ -63,9 +63,9 @@ void cw_cpu_quantize_act(enum cw_qtype wtype, const float *x, void *xq, int64_t 
  * of its own); NULL if the type is unsupported. */
 cw_vec_dot_fn cw_cpu_vec_dot_fn(enum cw_qtype wtype, enum cw_cpu_isa isa);
 
-/* The four-row kernel of a type at a level; NULL where it has none (the
- * matmuls then take the single-row one). */
-cw_vec_dot4_fn cw_cpu_vec_dot4_fn(enum cw_qtype wtype, enum cw_cpu_isa isa);
+/* The kernel of a type at a level for rows (4 or 8) activation rows at once;
+ * NULL where it has none (the matmuls then take fewer rows a pass). */
+cw_vec_dotn_fn cw_cpu_vec_dotn_fn(enum cw_qtype wtype, enum cw_cpu_isa isa, int rows);
 
 /* One dot product with the best kernel. */
 float cw_cpu_vec_dot(enum cw_qtype wtype, int64_t n, const void *w_row, const void *xq);

@@ -66,12 +66,14 @@ X86_ATTR static inline __m256 f16x8(const void *p, int stride)
     return _mm256_cvtph_ps(_mm256_castsi256_si128(v));
 }
 
-/* Up to KQ_NT activation rows share one pass over a weight row (the cw_dot4
- * kernels, for prompts): each super-block's weights are unpacked once and
- * multiplied into every row's integer sums, which are exact, and each row
- * then takes the single-row kernel's float steps. The single-row kernels
- * are this code with one row. */
+/* Up to KQ_NT activation rows share one pass over a weight row (the
+ * multi-row kernels, for prompts): each super-block's weights are unpacked
+ * once and multiplied into every row's integer sums, which are exact, and
+ * each row then takes the single-row kernel's float steps. The single-row
+ * kernels are this code with one row. An includer may raise KQ_NT. */
+#ifndef KQ_NT
 #define KQ_NT 4
+#endif
 
 /* pshufb mask broadcasting 16-bit element lo (low 128-bit lane) and hi
  * (high lane) of a register that holds 8 i16 in both lanes. */
