@@ -380,7 +380,8 @@ static void test_attn_shape(int H, int Hkv, int hd, int n_rot, int pos0, int n_t
         cw_f16 *k4 = malloc(n_ctx * kn * 2), *v4 = malloc(n_ctx * kn * 2);
         memcpy(k4, k1, n_ctx * kn * 2), memcpy(v4, v1, n_ctx * kn * 2);
         for (int64_t i = 0; i < T * kn; i += 7)
-            k4[i] = (cw_f16)(i % 1023 + 1), v4[(i * 3) % (T * kn)] = (cw_f16)(0x8000 | (i % 511 + 1));
+            k4[i] = (cw_f16)(i % 1023 + 1),
+            v4[(i * 3) % (T * kn)] = (cw_f16)(0x8000 | (i % 511 + 1));
         struct cw_kv_cache kv4 = {k4, v4, n_ctx};
         float *oa = malloc(qn * 4), *ob = malloc(qn * 4), *sc = malloc(n_ctx * 4);
         int same = 1;

@@ -43,7 +43,8 @@ AVX2 void cw_deltanet_head_avx2(float *S, const float *q, const float *k, const 
             __m256 m[8];
             for (int j = 0; j < 8; j++) {
                 float *Sj = S0 + (int64_t)j * dk + i0;
-                m[j] = _mm256_add_ps(_mm256_loadu_ps(Sj), _mm256_mul_ps(kv, _mm256_set1_ps(delta[j])));
+                m[j] = _mm256_add_ps(_mm256_loadu_ps(Sj),
+                                     _mm256_mul_ps(kv, _mm256_set1_ps(delta[j])));
                 _mm256_storeu_ps(Sj, m[j]);
             }
             transpose8(m);

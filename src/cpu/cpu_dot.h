@@ -159,7 +159,8 @@ CW_DOT_DECL(cw_dot_iq4_xs_avx2)
 
 /* Four (eight) activation rows against one weight row: out[t] = the
  * single-row kernel's result for xq[t], bit for bit. */
-#define CW_DOTN_DECL(name) void name(int64_t n, const void *w_row, const void *const *xq, float *out);
+#define CW_DOTN_DECL(name) \
+    void name(int64_t n, const void *w_row, const void *const *xq, float *out);
 CW_DOTN_DECL(cw_dot4_q4_k_avx2)
 CW_DOTN_DECL(cw_dot4_q5_k_avx2)
 CW_DOTN_DECL(cw_dot4_q6_k_avx2)

@@ -214,8 +214,10 @@ q45k_block(const uint8_t *scales, const uint8_t *qs, const uint8_t *qhp,
         if (qhp) {
             __m256i mlo = _mm256_set1_epi8((char)(1 << (2 * c)));
             __m256i mhi = _mm256_set1_epi8((char)(1 << (2 * c + 1)));
-            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mlo), mlo), b4));
-            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mhi), mhi), b4));
+            const __m256i hlo = _mm256_cmpeq_epi8(_mm256_and_si256(qh, mlo), mlo);
+            const __m256i hhi = _mm256_cmpeq_epi8(_mm256_and_si256(qh, mhi), mhi);
+            lo = _mm256_or_si256(lo, _mm256_and_si256(hlo, b4));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(hhi, b4));
         }
         const __m256i s0 = _mm256_shuffle_epi8(sc16, pick16(2 * c, 2 * c));
         const __m256i s1 = _mm256_shuffle_epi8(sc16, pick16(2 * c + 1, 2 * c + 1));

@@ -89,7 +89,8 @@ q6k_block(const struct cw_block_q6_k *w, const struct cw_block_q8_k *const *x, i
     }
     for (int h = 0; h < 2; h++) {
         const __m512i ql = _mm512_loadu_si512(w->ql + 64 * h);
-        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w->qh + 32 * h)));
+        const __m512i qh =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w->qh + 32 * h)));
         const __m512i q01 = _mm512_or_si512(
             _mm512_and_si512(ql, m4),
             _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), m2), 4));

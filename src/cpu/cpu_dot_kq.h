@@ -6,10 +6,11 @@
 #ifndef CW_CPU_DOT_KQ_H
 #define CW_CPU_DOT_KQ_H
 
-/* As leg_dot, for super-blocks and nt activation rows xq[t] at once: per
- * row, eight super-blocks' integer sums reduced together, lane j of the
- * row's float accumulator taking super-block 8g+j with the float steps of
- * cw_comb1 / cw_comb_min; the tail block by block into the same lanes.
+/* As leg_dot (cpu_dot_avx2.c), for super-blocks and nt activation rows
+ * xq[t] at once: per row, eight super-blocks' integer sums reduced
+ * together, lane j of the row's float accumulator taking super-block 8g+j
+ * with the float steps of cw_comb1 / cw_comb_min; the tail block by block
+ * into the same lanes.
  * doff / mofs: byte offsets of the f16 d and dmin (mofs < 0: no mins). */
 X86_ATTR __attribute__((always_inline)) static inline void
 kq_dot(enum kq k, int bb, int doff, int mofs, int64_t n, const void *w_row,
@@ -42,7 +43,8 @@ kq_dot(enum kq k, int bb, int doff, int mofs, int64_t n, const void *w_row,
             __m256 v = _mm256_mul_ps(_mm256_mul_ps(dx, dw), sumf);
             if (mofs >= 0) {
                 __m256 dm = _mm256_mul_ps(dx, f16x8(w + b * bb + mofs, bb));
-                __m256 u = _mm256_mul_ps(dm, _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)sm[t])));
+                __m256i si = _mm256_loadu_si256((const __m256i *)sm[t]);
+                __m256 u = _mm256_mul_ps(dm, _mm256_cvtepi32_ps(si));
                 v = _mm256_sub_ps(v, u);
             }
             accv[t] = _mm256_add_ps(accv[t], v);
@@ -63,7 +65,8 @@ kq_dot(enum kq k, int bb, int doff, int mofs, int64_t n, const void *w_row,
         for (int t = 0; t < nt; t++) {
             int32_t si = hsum_i32(s[t][0]);
             if (mofs >= 0)
-                acc[t][b & 7] = cw_comb_min(acc[t][b & 7], xr[t][b].d, h2f(d), h2f(dmin), si, sm[t][0]);
+                acc[t][b & 7] = cw_comb_min(acc[t][b & 7], xr[t][b].d, h2f(d), h2f(dmin), si,
+                                            sm[t][0]);
             else
                 acc[t][b & 7] = cw_comb1(acc[t][b & 7], xr[t][b].d, h2f(d), si);
         }

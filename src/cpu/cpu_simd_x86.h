@@ -1,7 +1,7 @@
 /* cpu_simd_x86.h — internal to cpu/: the x86 SIMD helpers that the AVX2 and
- * AVX-512 kernel files (products, attention, DeltaNet) share. Each includer defines X86_ATTR (its target
- * attribute) first, so every helper here is compiled for that target and
- * inlines into its kernels. */
+ * AVX-512 kernel files (products, attention, DeltaNet) share. Each includer
+ * defines X86_ATTR (its target attribute) first, so every helper here is
+ * compiled for that target and inlines into its kernels. */
 #ifndef CW_CPU_SIMD_X86_H
 #define CW_CPU_SIMD_X86_H
 
