@@ -1,5 +1,6 @@
 /* cpu_dot_avx512.c — AVX-512 (F, BW, VL, VNNI) vec_dot kernels for Q4_K and
- * Q6_K, the types that carry almost all of a q4_k_m file's bytes.
+ * Q6_K, the types that carry almost all of a q4_k_m file's bytes: one row,
+ * and 4 or 8 prompt rows a pass over a weight row.
  *
  * A 512-bit register holds two of the AVX2 kernels' 32-value groups: the
  * weights' u8 x activations' s8 pair products (maddubs, exact for these
@@ -32,7 +33,7 @@ X86_ATTR static inline __m256i fold512(__m512i v)
 }
 
 /* Integer parts of one Q4_K super-block against nt rows' Q8_K blocks x[t]:
- * out[t] (8 x i32 partials) and sm[t][j] (the min sums). 32 packed bytes
+ * s[t][j] (8 x i32 partials) and sm[t][j] (the min sums). 32 packed bytes
  * give a register of 64 values: the low nibbles (sub-block 2c) below, the
  * high ones (2c+1) above, as x's 64 bytes lie. */
 X86_ATTR __attribute__((always_inline)) static inline void
