@@ -183,6 +183,15 @@ static void quant_task(void *p, int ith, int nth)
         cw_cpu_quantize_act(c->wtype, c->x + t * c->n_in, c->xq + t * c->act_bytes, c->n_in);
 }
 
+/* The best level's one-, four- and eight-row kernels of c's type. */
+static void pick_kernels(struct mm_ctx *c)
+{
+    const enum cw_cpu_isa isa = cw_cpu_isa_best();
+    c->dot = cw_cpu_vec_dot_fn(c->wtype, isa);
+    c->dot4 = cw_cpu_vec_dotn_fn(c->wtype, isa, 4);
+    c->dot8 = cw_cpu_vec_dotn_fn(c->wtype, isa, 8);
+}
+
 /* w_row against the n activation rows xs[i] into *ys[i]: eight rows a pass,
  * then four, where the type has such kernels, then one at a time; every
  * result the bits of one vec_dot. */
@@ -258,9 +267,6 @@ void cw_cpu_matmul(struct cw_pool *pool, enum cw_qtype wtype, const void *w, int
 {
     struct mm_ctx c = {
         .wtype = wtype,
-        .dot = cw_cpu_vec_dot_fn(wtype, cw_cpu_isa_best()),
-        .dot4 = cw_cpu_vec_dotn_fn(wtype, cw_cpu_isa_best(), 4),
-        .dot8 = cw_cpu_vec_dotn_fn(wtype, cw_cpu_isa_best(), 8),
         .w = w,
         .row_bytes = cw_qtype_row_bytes(wtype, n_in),
         .act_bytes = cw_cpu_act_bytes(wtype, n_in),
@@ -271,6 +277,7 @@ void cw_cpu_matmul(struct cw_pool *pool, enum cw_qtype wtype, const void *w, int
         .xq = scratch,
         .y = y,
     };
+    pick_kernels(&c);
     if (!c.dot || n_tok <= 0 || n_out <= 0)
         return;
     quantize_rows(pool, &c, n_tok);
@@ -338,9 +345,6 @@ void cw_cpu_matmul_id(struct cw_pool *pool, enum cw_qtype wtype, const void *w,
     int64_t n_x_rows = x_per_slot ? n_tok * n_used : n_tok;
     struct mm_ctx c = {
         .wtype = wtype,
-        .dot = cw_cpu_vec_dot_fn(wtype, cw_cpu_isa_best()),
-        .dot4 = cw_cpu_vec_dotn_fn(wtype, cw_cpu_isa_best(), 4),
-        .dot8 = cw_cpu_vec_dotn_fn(wtype, cw_cpu_isa_best(), 8),
         .w = w,
         .row_bytes = cw_qtype_row_bytes(wtype, n_in),
         .act_bytes = cw_cpu_act_bytes(wtype, n_in),
@@ -354,6 +358,7 @@ void cw_cpu_matmul_id(struct cw_pool *pool, enum cw_qtype wtype, const void *w,
         .y = y,
         .x_per_slot = x_per_slot,
     };
+    pick_kernels(&c);
     if (!c.dot || n_tok <= 0 || n_out <= 0 || n_used <= 0)
         return;
     int64_t *order = (int64_t *)(c.xq + ALIGN64(c.act_bytes * (size_t)n_x_rows));
