@@ -5,6 +5,7 @@
  * exact, so only f32 rounding may differ), the AVX2 kernels against the
  * scalar ones (bit-identical), matmul batch vs token by token and over
  * 1/2/3 threads (bit-identical), the MoE matmul against direct dot products,
+ * several products of one input in one call against each alone,
  * and the pool's handshake under back-to-back and sleeping regions. */
 #include <math.h>
 #include <stdatomic.h>
@@ -311,6 +312,101 @@ static void test_matmul_id(enum cw_qtype t, struct cw_pool *pool)
     free(w), free(wq), free(x), free(y), free(scratch), free(xq);
 }
 
+/* Several products of one input in one call (dense and routed, of five
+ * activation types) give each product's bits from its own call; so do two
+ * routed products of per-slot rows. */
+static void test_matmuls(struct cw_pool pools[3])
+{
+    enum { N_OPS = 7 };
+    const enum cw_qtype ts[N_OPS] = {CW_TYPE_Q4_K, CW_TYPE_Q6_K,  CW_TYPE_Q8_0, CW_TYPE_F32,
+                                     CW_TYPE_Q5_K, CW_TYPE_Q4_1, CW_TYPE_F16};
+    const int routed[N_OPS] = {1, 1, 0, 0, 0, 0, 1};
+    const int64_t n_in = 512, n_exp = 5, n_used = 3, n_tok = 8, n_x = n_tok * n_used;
+    const int64_t n_out[N_OPS] = {19, 9, 21, 1, 17, 5, 3};
+    int32_t ids[24] = {2, 0, 4, 4, 1, 2, 0, 2, -1, 3, 2, 1, 2, 2, 0, 2, 2, 3,
+                       2, 2, 0, 2, 2, 2};
+    struct cw_cpu_mm ops[N_OPS];
+    float *want[N_OPS];
+    float *x = malloc(n_in * n_x * sizeof(float));
+    fill(x, n_in * n_x);
+    for (int i = 0; i < N_OPS; i++) {
+        const int64_t rows = n_out[i] * (routed[i] ? n_exp : 1);
+        float *w = malloc(n_in * rows * sizeof(float));
+        char *wq = malloc(cw_qtype_row_bytes(ts[i], n_in) * rows);
+        fill(w, n_in * rows);
+        quant_weights(ts[i], w, wq, rows, n_in);
+        free(w);
+        const size_t stride = routed[i] ? cw_qtype_row_bytes(ts[i], n_in) * n_out[i] : 0;
+        ops[i] = (struct cw_cpu_mm){ts[i], wq, n_out[i], NULL, stride};
+        want[i] = malloc(n_out[i] * n_x * sizeof(float));
+    }
+    const struct cw_cpu_route tok = {ids, n_used, 0}, slot = {ids, n_used, 1};
+    for (int per_slot = 0; per_slot < 2; per_slot++) {
+        /* per slot: the routed products alone (a dense one is refused) */
+        struct cw_cpu_mm sel[N_OPS];
+        int n = 0;
+        for (int i = 0; i < N_OPS; i++)
+            if (routed[i] || !per_slot)
+                sel[n++] = ops[i];
+        const struct cw_cpu_route *r = per_slot ? &slot : &tok;
+        size_t sz = cw_cpu_matmuls_scratch(sel, n, n_in, n_tok, r), one = 0;
+        void *scratch = malloc(sz);
+        for (int i = 0; i < n; i++) {
+            size_t b = sel[i].expert_stride
+                           ? cw_cpu_matmul_id_scratch(sel[i].wtype, n_in, per_slot ? n_x : n_tok,
+                                                      n_x)
+                           : cw_cpu_matmul_scratch(sel[i].wtype, n_in, n_tok);
+            one = b > one ? b : one;
+        }
+        void *scr1 = malloc(one);
+        for (int i = 0; i < n; i++) {
+            float *y = malloc(sel[i].n_out * n_x * sizeof(float));
+            for (int64_t k = 0; k < sel[i].n_out * n_x; k++)
+                y[k] = -12345.0f;
+            if (sel[i].expert_stride)
+                cw_cpu_matmul_id(&pools[0], sel[i].wtype, sel[i].w, sel[i].expert_stride, n_in,
+                                 sel[i].n_out, x, per_slot, ids, n_used, n_tok, y, scr1);
+            else
+                cw_cpu_matmul(&pools[0], sel[i].wtype, sel[i].w, n_in, sel[i].n_out, x, n_tok,
+                              y, scr1);
+            want[i] = realloc(want[i], sel[i].n_out * n_x * sizeof(float));
+            memcpy(want[i], y, sel[i].n_out * n_x * sizeof(float));
+            free(y);
+        }
+        for (int p = 0; p < 3; p += 2) {
+            for (int i = 0; i < n; i++) {
+                sel[i].y = malloc(sel[i].n_out * n_x * sizeof(float));
+                for (int64_t k = 0; k < sel[i].n_out * n_x; k++)
+                    sel[i].y[k] = -12345.0f;
+            }
+            int same = cw_cpu_matmuls(&pools[p], sel, n, n_in, x, n_tok, r, scratch) == 0;
+            for (int i = 0; i < n; i++) {
+                const int64_t rows = sel[i].expert_stride ? n_x : n_tok;
+                same &= !memcmp(sel[i].y, want[i], sel[i].n_out * rows * sizeof(float));
+                free(sel[i].y);
+                sel[i].y = NULL;
+            }
+            ok(same && sz > 0, "matmuls: %d products of x per %s, %d threads == each alone", n,
+               per_slot ? "slot" : "token", p + 1);
+        }
+        free(scratch), free(scr1);
+    }
+    ok(cw_cpu_matmuls_scratch(ops, N_OPS, n_in, n_tok, &slot) == 0 &&
+           cw_cpu_matmuls(&pools[0], ops, N_OPS, n_in, x, n_tok, &slot, NULL) == -1,
+       "matmuls: a dense product with per-slot rows refused");
+    ok(cw_cpu_matmuls_scratch(ops, N_OPS, n_in, n_tok, NULL) == 0,
+       "matmuls: routed products without a route refused");
+    struct cw_cpu_mm many[CW_CPU_MM_MAX + 1];
+    for (int i = 0; i <= CW_CPU_MM_MAX; i++)
+        many[i] = ops[2];
+    ok(cw_cpu_matmuls_scratch(many, CW_CPU_MM_MAX, n_in, n_tok, NULL) > 0 &&
+           cw_cpu_matmuls_scratch(many, CW_CPU_MM_MAX + 1, n_in, n_tok, NULL) == 0,
+       "matmuls: at most %d products a call", CW_CPU_MM_MAX);
+    for (int i = 0; i < N_OPS; i++)
+        free((void *)ops[i].w), free(want[i]);
+    free(x);
+}
+
 /* ---- pool --------------------------------------------------------------- */
 
 struct pool_ctx {
@@ -374,6 +470,7 @@ int main(void)
         test_matmul(types[i], pools);
         test_matmul_id(types[i], &pools[1]);
     }
+    test_matmuls(pools);
     ok(!cw_cpu_supports(CW_TYPE_IQ2_XXS) && cw_cpu_act_bytes(CW_TYPE_IQ2_XXS, 256) == 0 &&
            cw_cpu_vec_dot_fn(CW_TYPE_IQ2_XXS, CW_CPU_SCALAR) == NULL,
        "unsupported type reported as such");

@@ -166,6 +166,91 @@ static void mm_size_one(void *ctx, const char *name, const struct cw_wt *t, bool
         s->bytes = b;
 }
 
+/* ---- products of a shared input ---------------------------------------------
+ * The products that read the same normed rows go through one
+ * cw_cpu_matmuls call (the rows quantised once, one pool run). Each builder
+ * fills ops[] from a layer's weights, with the outputs of w (NULL: only the
+ * shapes, for sizing the scratch) and returns their count. */
+
+static struct cw_cpu_mm prod(const struct cw_wt *t, float *y)
+{
+    return (struct cw_cpu_mm){t->type, t->data, t->ne[1], y, 0};
+}
+
+static struct cw_cpu_mm routed(const struct cw_wt *t, float *y)
+{
+    return (struct cw_cpu_mm){t->type, t->data, t->ne[1], y, t->nb2};
+}
+
+#define OUT(w, f) ((w) ? (w)->f : NULL)
+
+/* cw_cpu_matmuls over ops[n] of x [n_tok][n_in], its refusal reported */
+static int products(const struct cw_cpu_model *m, struct ws *w, const struct cw_cpu_mm *ops, int n,
+                    const float *x, int64_t n_tok, const struct cw_cpu_route *route,
+                    const char *what, struct cw_err *err)
+{
+    if (cw_cpu_matmuls(m->pool, ops, n, m->w->hp.n_embd, x, n_tok, route, w->mm_scratch))
+        return cw_errf(err, CW_ERR_INVALID, "cpu: %s: a product's weights are missing or "
+                       "of the wrong shape", what);
+    return 0;
+}
+
+/* DeltaNet's projections: q | k | v channels, z, β logits, decay input */
+static int dn_ops(const struct cw_qwen35_ssm_w *l, struct ws *w, struct cw_cpu_mm *ops)
+{
+    ops[0] = prod(&l->qkv, OUT(w, m));
+    ops[1] = prod(&l->gate, OUT(w, z));
+    ops[2] = prod(&l->beta, OUT(w, beta));
+    ops[3] = prod(&l->alpha, OUT(w, alpha));
+    return 4;
+}
+
+/* attention's projections: per head [q | gate], k, v */
+static int attn_ops(const struct cw_qwen35_attn_w *l, struct ws *w, struct cw_cpu_mm *ops)
+{
+    ops[0] = prod(&l->q, OUT(w, P));
+    ops[1] = prod(&l->k, OUT(w, k));
+    ops[2] = prod(&l->v, OUT(w, v));
+    return 3;
+}
+
+/* the MoE's products of its input once routed: the experts' gate and up,
+ * the shared expert's gate and up and its scalar gate */
+static int moe_ops(const struct cw_qwen35_moe_w *l, struct ws *w, struct cw_cpu_mm *ops)
+{
+    ops[0] = routed(&l->gate_exps, OUT(w, eg));
+    ops[1] = routed(&l->up_exps, OUT(w, eu));
+    ops[2] = prod(&l->gate_shexp, OUT(w, sg));
+    ops[3] = prod(&l->up_shexp, OUT(w, su));
+    ops[4] = prod(&l->gate_inp_shexp, OUT(w, sgate));
+    return 5;
+}
+
+/* the dense FFN's gate and up */
+static int ffn_ops(const struct cw_qwen35_ffn_w *l, struct ws *w, struct cw_cpu_mm *ops)
+{
+    ops[0] = prod(&l->gate, OUT(w, fg));
+    ops[1] = prod(&l->up, OUT(w, fu));
+    return 2;
+}
+
+/* The largest scratch of a layer's shared-input calls for n tokens. */
+static size_t layer_ops_scratch(const struct cw_qwen35_hparams *hp,
+                                const struct cw_qwen35_layer_w *l, int64_t n)
+{
+    struct cw_cpu_mm ops[CW_CPU_MM_MAX];
+    const struct cw_cpu_route route = {NULL, hp->n_expert_used, 0};
+    size_t sz[2];
+    int k = l->kind == CW_LAYER_ATTENTION ? attn_ops(&l->attn, NULL, ops)
+                                          : dn_ops(&l->ssm, NULL, ops);
+    sz[0] = cw_cpu_matmuls_scratch(ops, k, hp->n_embd, n, NULL);
+    if (hp->arch == CW_ARCH_QWEN35MOE)
+        sz[1] = cw_cpu_matmuls_scratch(ops, moe_ops(&l->moe, NULL, ops), hp->n_embd, n, &route);
+    else
+        sz[1] = cw_cpu_matmuls_scratch(ops, ffn_ops(&l->ffn, NULL, ops), hp->n_embd, n, NULL);
+    return sz[0] > sz[1] ? sz[0] : sz[1];
+}
+
 /* every field of struct ws is one malloc'd pointer */
 static void ws_free(struct ws *w)
 {
@@ -190,6 +275,13 @@ static int ws_reserve(struct cw_cpu_seq *s, const struct cw_cpu_model *m, int64_
     const struct cw_deltanet_dims dd = dn_dims(hp);
     struct mm_size mms = {n, (int64_t)K, 0};
     visit_all(mm_size_one, &mms, m->w);
+    for (uint32_t il = 0; il <= hp->n_layer; il++) {
+        const struct cw_qwen35_layer_w *l =
+            il < hp->n_layer ? &m->w->layers[il] : m->w->has_mtp ? &m->w->mtp.layer : NULL;
+        size_t b = l ? layer_ops_scratch(hp, l, n) : 0;
+        if (b > mms.bytes)
+            mms.bytes = b;
+    }
 
     struct ws *w = calloc(1, sizeof *w);
     if (!w)
@@ -359,10 +451,9 @@ static int deltanet(const struct cw_cpu_model *m, struct ws *w, const struct cw_
     const int64_t C = cw_deltanet_channels(&dd), VD = (int64_t)dd.n_v_head * dd.d_v;
     const struct cw_deltanet_weights dw = {l->conv1d.data, l->dt.data, l->a.data, l->norm.data};
     struct cw_deltanet_state st = {c->conv, c->delta};
-    mm(m, w, &l->qkv, w->x, n, w->m);       /* q | k | v channels, before the conv */
-    mm(m, w, &l->gate, w->x, n, w->z);      /* z: output gate */
-    mm(m, w, &l->beta, w->x, n, w->beta);   /* β logits */
-    mm(m, w, &l->alpha, w->x, n, w->alpha); /* decay input */
+    struct cw_cpu_mm ops[CW_CPU_MM_MAX];
+    if (products(m, w, ops, dn_ops(l, w, ops), w->x, n, NULL, "DeltaNet projections", err))
+        return -1;
     tap(m, "linear_attn_qkv_mixed", il, w->m, n, C);
     tap(m, "z", il, w->z, n, VD);
     tap(m, "beta", il, w->beta, n, dd.n_v_head);
@@ -387,9 +478,9 @@ static int attention(const struct cw_cpu_model *m, struct cw_cpu_seq *s, struct 
     const struct cw_attn_weights aw = {l->q_norm.data, l->k_norm.data};
     if (kv_reserve(s, m, &c->kv, pos0 + n, err))
         return -1;
-    mm(m, w, &l->q, w->x, n, w->P); /* per head [q | gate] */
-    mm(m, w, &l->k, w->x, n, w->k);
-    mm(m, w, &l->v, w->x, n, w->v);
+    struct cw_cpu_mm ops[CW_CPU_MM_MAX];
+    if (products(m, w, ops, attn_ops(l, w, ops), w->x, n, NULL, "attention projections", err))
+        return -1;
     tap(m, "Qcur_full", il, w->P, n, 2 * QN);
     tap(m, "Kcur", il, w->k, n, KN);
     tap(m, "Vcur", il, w->v, n, KN);
@@ -419,11 +510,12 @@ static int moe(const struct cw_cpu_model *m, struct ws *w, const struct cw_qwen3
                          w->wts + t * K, err))
             return -1;
     tap(m, "ffn_moe_weights_norm", il, w->wts, n, K); /* top-k, renormalised */
-    /* routed experts: gate and up read the token's row, down the slot's */
-    cw_cpu_matmul_id(m->pool, l->gate_exps.type, l->gate_exps.data, l->gate_exps.nb2, E, F,
-                     w->x, 0, w->sel, K, n, w->eg, w->mm_scratch);
-    cw_cpu_matmul_id(m->pool, l->up_exps.type, l->up_exps.data, l->up_exps.nb2, E, F, w->x, 0,
-                     w->sel, K, n, w->eu, w->mm_scratch);
+    /* routed experts: gate and up read the token's row (with the shared
+     * expert's products of it), down the slot's */
+    struct cw_cpu_mm ops[CW_CPU_MM_MAX];
+    const struct cw_cpu_route route = {w->sel, K, 0};
+    if (products(m, w, ops, moe_ops(l, w, ops), w->x, n, &route, "MoE gate and up", err))
+        return -1;
     tap(m, "ffn_moe_gate", il, w->eg, n * K, F);
     tap(m, "ffn_moe_up", il, w->eu, n * K, F);
     cw_swiglu(w->eg, w->eg, w->eu, n * K * F);
@@ -432,15 +524,12 @@ static int moe(const struct cw_cpu_model *m, struct ws *w, const struct cw_qwen3
                      w->eg, 1, w->sel, K, n, w->eo, w->mm_scratch);
     tap(m, "ffn_moe_down", il, w->eo, n * K, E);
     /* shared expert and its scalar gate */
-    mm(m, w, &l->gate_shexp, w->x, n, w->sg);
-    mm(m, w, &l->up_shexp, w->x, n, w->su);
     tap(m, "ffn_gate", il, w->sg, n, S);
     tap(m, "ffn_up", il, w->su, n, S);
     cw_swiglu(w->sg, w->sg, w->su, n * S);
     tap(m, "ffn_swiglu", il, w->sg, n, S);
     mm(m, w, &l->down_shexp, w->sg, n, w->so);
     tap(m, "ffn_shexp", il, w->so, n, E);
-    mm(m, w, &l->gate_inp_shexp, w->x, n, w->sgate);
     tap(m, "shared_expert_gate", il, w->sgate, n, 1);
     /* Σ_k w_k·expert_k + σ(gate)·shared */
     for (int64_t t = 0; t < n; t++)
@@ -450,17 +539,19 @@ static int moe(const struct cw_cpu_model *m, struct ws *w, const struct cw_qwen3
 }
 
 /* Dense SwiGLU FFN, §3.5. */
-static void dense_ffn(const struct cw_cpu_model *m, struct ws *w, const struct cw_qwen35_ffn_w *l,
-                      int il, int64_t n)
+static int dense_ffn(const struct cw_cpu_model *m, struct ws *w, const struct cw_qwen35_ffn_w *l,
+                     int il, int64_t n, struct cw_err *err)
 {
     const int64_t F = m->w->hp.n_ff;
-    mm(m, w, &l->gate, w->x, n, w->fg);
-    mm(m, w, &l->up, w->x, n, w->fu);
+    struct cw_cpu_mm ops[CW_CPU_MM_MAX];
+    if (products(m, w, ops, ffn_ops(l, w, ops), w->x, n, NULL, "FFN gate and up", err))
+        return -1;
     tap(m, "ffn_gate", il, w->fg, n, F);
     tap(m, "ffn_up", il, w->fu, n, F);
     cw_swiglu(w->fg, w->fg, w->fu, n * F);
     tap(m, "ffn_swiglu", il, w->fg, n, F);
     mm(m, w, &l->down, w->fg, n, w->sub_out);
+    return 0;
 }
 
 /* ---- one block, §3.1 -------------------------------------------------------------
@@ -500,7 +591,8 @@ static int block(const struct cw_cpu_model *m, struct cw_cpu_seq *s,
             return -1;
         break;
     case CW_ARCH_QWEN35:
-        dense_ffn(m, w, &l->ffn, il, n);
+        if (dense_ffn(m, w, &l->ffn, il, n, err))
+            return -1;
         break;
     }
     tap(m, "ffn_out", il, w->sub_out, n, E);

@@ -152,22 +152,38 @@ float cw_cpu_vec_dot(enum cw_qtype wtype, int64_t n, const void *w_row, const vo
     return cw_cpu_vec_dot_fn(wtype, cw_cpu_isa_best())(n, w_row, xq);
 }
 
-/* ---- dense matmul -------------------------------------------------------- */
+/* ---- the matmuls ---------------------------------------------------------- */
 
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)
 
-struct mm_ctx {
+/* one product of a call, with its kernels and its activation rows */
+struct mm_op {
     enum cw_qtype wtype;
+    const char *w;
+    size_t row_bytes, expert_stride;
+    int64_t n_out;
+    float *y;
     cw_vec_dot_fn dot;
     cw_vec_dotn_fn dot4, dot8; /* four, eight rows a pass; NULL: none */
-    const char *w;
-    size_t row_bytes, act_bytes, expert_stride;
-    int64_t n_in, n_out, n_tok, n_used, n_pairs;
-    const float *x;
+    const char *xq;            /* x quantised for this type; act_bytes a row */
+    size_t act_bytes;
+};
+
+/* one activation type of a call: x quantised once for all its products */
+struct mm_act {
+    enum cw_qtype wtype; /* a weight type that pairs with it */
+    size_t act_bytes;
     char *xq;
-    float *y;
-    int x_per_slot;
-    const int64_t *order; /* matmul_id: (expert << 32 | pair), sorted */
+};
+
+struct mm_ctx {
+    int n_ops, n_acts;
+    struct mm_op op[CW_CPU_MM_MAX];
+    struct mm_act act[CW_CPU_MM_MAX];
+    int64_t n_in, n_tok, n_x_rows, n_used, n_pairs;
+    const float *x;
+    int x_per_slot, quant_act; /* quant_task: the activation type it fills */
+    const int64_t *order;      /* routed products: (expert << 32 | pair), sorted */
 };
 
 static void split(int64_t n, int ith, int nth, int64_t *r0, int64_t *r1)
@@ -179,39 +195,31 @@ static void split(int64_t n, int ith, int nth, int64_t *r0, int64_t *r1)
 static void quant_task(void *p, int ith, int nth)
 {
     struct mm_ctx *c = p;
-    for (int64_t t = ith; t < c->n_tok; t += nth)
-        cw_cpu_quantize_act(c->wtype, c->x + t * c->n_in, c->xq + t * c->act_bytes, c->n_in);
-}
-
-/* The best level's one-, four- and eight-row kernels of c's type. */
-static void pick_kernels(struct mm_ctx *c)
-{
-    const enum cw_cpu_isa isa = cw_cpu_isa_best();
-    c->dot = cw_cpu_vec_dot_fn(c->wtype, isa);
-    c->dot4 = cw_cpu_vec_dotn_fn(c->wtype, isa, 4);
-    c->dot8 = cw_cpu_vec_dotn_fn(c->wtype, isa, 8);
+    const struct mm_act *a = &c->act[c->quant_act];
+    for (int64_t t = ith; t < c->n_x_rows; t += nth)
+        cw_cpu_quantize_act(a->wtype, c->x + t * c->n_in, a->xq + t * a->act_bytes, c->n_in);
 }
 
 /* w_row against the n activation rows xs[i] into *ys[i]: eight rows a pass,
  * then four, where the type has such kernels, then one at a time; every
  * result the bits of one vec_dot. */
-static void dots(const struct mm_ctx *c, const char *w_row, const void *const *xs,
+static void dots(const struct mm_op *op, int64_t n_in, const char *w_row, const void *const *xs,
                  float *const *ys, int64_t n)
 {
     int64_t i = 0;
     float r[8];
-    for (; c->dot8 && i + 8 <= n; i += 8) {
-        c->dot8(c->n_in, w_row, xs + i, r);
+    for (; op->dot8 && i + 8 <= n; i += 8) {
+        op->dot8(n_in, w_row, xs + i, r);
         for (int k = 0; k < 8; k++)
             *ys[i + k] = r[k];
     }
-    for (; c->dot4 && i + 4 <= n; i += 4) {
-        c->dot4(c->n_in, w_row, xs + i, r);
+    for (; op->dot4 && i + 4 <= n; i += 4) {
+        op->dot4(n_in, w_row, xs + i, r);
         for (int k = 0; k < 4; k++)
             *ys[i + k] = r[k];
     }
     for (; i < n; i++)
-        *ys[i] = c->dot(c->n_in, w_row, xs[i]);
+        *ys[i] = op->dot(n_in, w_row, xs[i]);
 }
 
 /* Rows in tiles of DENSE_ROWS: a tile's weights (18 KB of 2048-wide Q4_K)
@@ -222,11 +230,10 @@ static void dots(const struct mm_ctx *c, const char *w_row, const void *const *x
 #define DENSE_ROWS 16
 #define DENSE_TOKENS 64 /* tokens a pass of a tile (the pointer lists' size) */
 
-static void dense_task(void *p, int ith, int nth)
+static void dense_rows(const struct mm_ctx *c, const struct mm_op *op, int ith, int nth)
 {
-    struct mm_ctx *c = p;
     int64_t r0, r1;
-    split(c->n_out, ith, nth, &r0, &r1);
+    split(op->n_out, ith, nth, &r0, &r1);
     const void *xs[DENSE_TOKENS];
     float *ys[DENSE_TOKENS];
     for (int64_t o0 = r0; o0 < r1; o0 += DENSE_ROWS) {
@@ -234,69 +241,14 @@ static void dense_task(void *p, int ith, int nth)
         for (int64_t t0 = 0; t0 < c->n_tok; t0 += DENSE_TOKENS) {
             const int64_t nt = c->n_tok - t0 < DENSE_TOKENS ? c->n_tok - t0 : DENSE_TOKENS;
             for (int64_t i = 0; i < nt; i++)
-                xs[i] = c->xq + (t0 + i) * c->act_bytes;
+                xs[i] = op->xq + (t0 + i) * op->act_bytes;
             for (int64_t o = o0; o < o1; o++) {
                 for (int64_t i = 0; i < nt; i++)
-                    ys[i] = c->y + (t0 + i) * c->n_out + o;
-                dots(c, c->w + o * c->row_bytes, xs, ys, nt);
+                    ys[i] = op->y + (t0 + i) * op->n_out + o;
+                dots(op, c->n_in, op->w + o * op->row_bytes, xs, ys, nt);
             }
         }
     }
-}
-
-size_t cw_cpu_matmul_scratch(enum cw_qtype wtype, int64_t n_in, int64_t n_tok)
-{
-    return ALIGN64(cw_cpu_act_bytes(wtype, n_in) * (size_t)n_tok);
-}
-
-/* Activation rows: quantised by the caller alone for a single row (one
- * handshake saved), else spread over the threads. */
-static void quantize_rows(struct cw_pool *pool, struct mm_ctx *c, int64_t n_rows)
-{
-    int64_t saved = c->n_tok;
-    c->n_tok = n_rows;
-    if (n_rows == 1 || cw_pool_size(pool) == 1)
-        quant_task(c, 0, 1);
-    else
-        cw_pool_run(pool, quant_task, c);
-    c->n_tok = saved;
-}
-
-void cw_cpu_matmul(struct cw_pool *pool, enum cw_qtype wtype, const void *w, int64_t n_in,
-                   int64_t n_out, const float *x, int64_t n_tok, float *y, void *scratch)
-{
-    struct mm_ctx c = {
-        .wtype = wtype,
-        .w = w,
-        .row_bytes = cw_qtype_row_bytes(wtype, n_in),
-        .act_bytes = cw_cpu_act_bytes(wtype, n_in),
-        .n_in = n_in,
-        .n_out = n_out,
-        .n_tok = n_tok,
-        .x = x,
-        .xq = scratch,
-        .y = y,
-    };
-    pick_kernels(&c);
-    if (!c.dot || n_tok <= 0 || n_out <= 0)
-        return;
-    quantize_rows(pool, &c, n_tok);
-    cw_pool_run(pool, dense_task, &c);
-}
-
-/* ---- MoE matmul ---------------------------------------------------------- */
-
-size_t cw_cpu_matmul_id_scratch(enum cw_qtype wtype, int64_t n_in, int64_t n_x_rows,
-                                int64_t n_pairs)
-{
-    return ALIGN64(cw_cpu_act_bytes(wtype, n_in) * (size_t)n_x_rows) +
-           (size_t)n_pairs * sizeof(int64_t);
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
 }
 
 #define ID_PAIRS 64 /* an expert's pairs a pass (the pointer lists' size) */
@@ -311,30 +263,170 @@ static int64_t id_x_row(const struct mm_ctx *c, int64_t entry)
 /* Each thread takes its share of the rows of every expert in turn, and for
  * each such row runs through the pairs routed to that expert (dots: several
  * at a time where the type has multi-row kernels), ID_PAIRS a pass. */
-static void id_task(void *p, int ith, int nth)
+static void routed_rows(const struct mm_ctx *c, const struct mm_op *op, int64_t g0, int64_t g1,
+                        int ith, int nth)
+{
+    int64_t r0, r1;
+    split(op->n_out, ith, nth, &r0, &r1);
+    const char *we = op->w + (size_t)(c->order[g0] >> 32) * op->expert_stride;
+    const void *xs[ID_PAIRS];
+    float *ys[ID_PAIRS];
+    for (int64_t gb = g0; gb < g1; gb += ID_PAIRS) {
+        const int64_t np = g1 - gb < ID_PAIRS ? g1 - gb : ID_PAIRS;
+        for (int64_t i = 0; i < np; i++)
+            xs[i] = op->xq + id_x_row(c, c->order[gb + i]) * op->act_bytes;
+        for (int64_t o = r0; o < r1; o++) {
+            for (int64_t i = 0; i < np; i++)
+                ys[i] = op->y + (c->order[gb + i] & 0xffffffff) * op->n_out + o;
+            dots(op, c->n_in, we + o * op->row_bytes, xs, ys, np);
+        }
+    }
+}
+
+/* Every product of the call: the dense ones, then each expert's rows of
+ * every routed one (an expert's pairs are routed to all of them alike). */
+static void mm_task(void *p, int ith, int nth)
 {
     struct mm_ctx *c = p;
-    int64_t r0, r1;
-    split(c->n_out, ith, nth, &r0, &r1);
+    for (int i = 0; i < c->n_ops; i++)
+        if (!c->op[i].expert_stride)
+            dense_rows(c, &c->op[i], ith, nth);
     for (int64_t g0 = 0; g0 < c->n_pairs;) {
-        int64_t e = c->order[g0] >> 32, g1 = g0;
-        while (g1 < c->n_pairs && c->order[g1] >> 32 == e)
+        int64_t g1 = g0;
+        while (g1 < c->n_pairs && c->order[g1] >> 32 == c->order[g0] >> 32)
             g1++;
-        const char *we = c->w + (size_t)e * c->expert_stride;
-        for (int64_t gb = g0; gb < g1; gb += ID_PAIRS) {
-            const int64_t np = g1 - gb < ID_PAIRS ? g1 - gb : ID_PAIRS;
-            const void *xs[ID_PAIRS];
-            float *ys[ID_PAIRS];
-            for (int64_t i = 0; i < np; i++)
-                xs[i] = c->xq + id_x_row(c, c->order[gb + i]) * c->act_bytes;
-            for (int64_t o = r0; o < r1; o++) {
-                for (int64_t i = 0; i < np; i++)
-                    ys[i] = c->y + (c->order[gb + i] & 0xffffffff) * c->n_out + o;
-                dots(c, we + o * c->row_bytes, xs, ys, np);
-            }
-        }
+        for (int i = 0; i < c->n_ops; i++)
+            if (c->op[i].expert_stride)
+                routed_rows(c, &c->op[i], g0, g1, ith, nth);
         g0 = g1;
     }
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The call's plan without its buffers: each product's kernels and
+ * activation type, the distinct activation types, and the scratch they and
+ * the order take. 0 where an argument is out of range. */
+static size_t plan(struct mm_ctx *c, const struct cw_cpu_mm *ops, int n_ops, int64_t n_in,
+                   int64_t n_tok, const struct cw_cpu_route *route)
+{
+    memset(c, 0, sizeof *c);
+    if (n_ops < 1 || n_ops > CW_CPU_MM_MAX || n_in <= 0 || n_tok <= 0)
+        return 0;
+    c->n_ops = n_ops;
+    c->n_in = n_in;
+    c->n_tok = n_tok;
+    c->n_used = route ? route->n_used : 0;
+    c->x_per_slot = route ? route->x_per_slot : 0;
+    c->n_x_rows = c->x_per_slot ? n_tok * c->n_used : n_tok;
+    const enum cw_cpu_isa isa = cw_cpu_isa_best();
+    size_t bytes = 0;
+    for (int i = 0; i < n_ops; i++) {
+        struct mm_op *o = &c->op[i];
+        if (ops[i].expert_stride && (!route || route->n_used <= 0))
+            return 0;
+        if (!ops[i].expert_stride && c->x_per_slot)
+            return 0; /* a dense product reads one row per token */
+        o->wtype = ops[i].wtype;
+        o->w = ops[i].w;
+        o->n_out = ops[i].n_out;
+        o->y = ops[i].y;
+        o->expert_stride = ops[i].expert_stride;
+        o->row_bytes = cw_qtype_row_bytes(o->wtype, n_in);
+        o->act_bytes = cw_cpu_act_bytes(o->wtype, n_in);
+        o->dot = cw_cpu_vec_dot_fn(o->wtype, isa);
+        o->dot4 = cw_cpu_vec_dotn_fn(o->wtype, isa, 4);
+        o->dot8 = cw_cpu_vec_dotn_fn(o->wtype, isa, 8);
+        if (!o->dot || !o->act_bytes || o->n_out <= 0)
+            return 0;
+        /* F32 weights read x itself; every other type its activation type's rows */
+        if (cw_cpu_vec_dot_type(o->wtype) == CW_TYPE_F32)
+            continue;
+        int a = 0;
+        while (a < c->n_acts &&
+               cw_cpu_vec_dot_type(c->act[a].wtype) != cw_cpu_vec_dot_type(o->wtype))
+            a++;
+        if (a == c->n_acts) {
+            c->act[a].wtype = o->wtype;
+            c->act[a].act_bytes = o->act_bytes;
+            c->n_acts++;
+            bytes += ALIGN64(o->act_bytes * (size_t)c->n_x_rows);
+        }
+    }
+    if (route)
+        bytes += (size_t)(n_tok * route->n_used) * sizeof(int64_t);
+    return bytes ? bytes : 1;
+}
+
+size_t cw_cpu_matmuls_scratch(const struct cw_cpu_mm *ops, int n_ops, int64_t n_in,
+                              int64_t n_tok, const struct cw_cpu_route *route)
+{
+    struct mm_ctx c;
+    return plan(&c, ops, n_ops, n_in, n_tok, route);
+}
+
+int cw_cpu_matmuls(struct cw_pool *pool, const struct cw_cpu_mm *ops, int n_ops, int64_t n_in,
+                   const float *x, int64_t n_tok, const struct cw_cpu_route *route,
+                   void *scratch)
+{
+    struct mm_ctx c;
+    if (!plan(&c, ops, n_ops, n_in, n_tok, route))
+        return -1;
+    c.x = x;
+    char *p = scratch;
+    for (int a = 0; a < c.n_acts; a++) {
+        c.act[a].xq = p;
+        p += ALIGN64(c.act[a].act_bytes * (size_t)c.n_x_rows);
+    }
+    for (int i = 0; i < c.n_ops; i++) {
+        struct mm_op *o = &c.op[i];
+        o->xq = (const char *)x;
+        for (int a = 0; a < c.n_acts; a++)
+            if (cw_cpu_vec_dot_type(c.act[a].wtype) == cw_cpu_vec_dot_type(o->wtype))
+                o->xq = c.act[a].xq;
+    }
+    if (route) {
+        int64_t *order = (int64_t *)p;
+        for (int64_t i = 0; i < n_tok * route->n_used; i++)
+            if (route->ids[i] >= 0)
+                order[c.n_pairs++] = (int64_t)route->ids[i] << 32 | i;
+        qsort(order, (size_t)c.n_pairs, sizeof(*order), cmp_i64);
+        c.order = order;
+    }
+    /* activation rows: quantised by the caller alone for a single row (one
+     * handshake saved), else spread over the threads */
+    for (c.quant_act = 0; c.quant_act < c.n_acts; c.quant_act++) {
+        if (c.n_x_rows == 1 || cw_pool_size(pool) == 1)
+            quant_task(&c, 0, 1);
+        else
+            cw_pool_run(pool, quant_task, &c);
+    }
+    cw_pool_run(pool, mm_task, &c);
+    return 0;
+}
+
+size_t cw_cpu_matmul_scratch(enum cw_qtype wtype, int64_t n_in, int64_t n_tok)
+{
+    const struct cw_cpu_mm op = {.wtype = wtype, .n_out = 1};
+    return cw_cpu_matmuls_scratch(&op, 1, n_in, n_tok, NULL);
+}
+
+void cw_cpu_matmul(struct cw_pool *pool, enum cw_qtype wtype, const void *w, int64_t n_in,
+                   int64_t n_out, const float *x, int64_t n_tok, float *y, void *scratch)
+{
+    const struct cw_cpu_mm op = {wtype, w, n_out, y, 0};
+    (void)cw_cpu_matmuls(pool, &op, 1, n_in, x, n_tok, NULL, scratch);
+}
+
+size_t cw_cpu_matmul_id_scratch(enum cw_qtype wtype, int64_t n_in, int64_t n_x_rows,
+                                int64_t n_pairs)
+{
+    return ALIGN64(cw_cpu_act_bytes(wtype, n_in) * (size_t)n_x_rows) +
+           (size_t)n_pairs * sizeof(int64_t);
 }
 
 void cw_cpu_matmul_id(struct cw_pool *pool, enum cw_qtype wtype, const void *w,
@@ -342,33 +434,7 @@ void cw_cpu_matmul_id(struct cw_pool *pool, enum cw_qtype wtype, const void *w,
                       int x_per_slot, const int32_t *ids, int64_t n_used, int64_t n_tok,
                       float *y, void *scratch)
 {
-    int64_t n_x_rows = x_per_slot ? n_tok * n_used : n_tok;
-    struct mm_ctx c = {
-        .wtype = wtype,
-        .w = w,
-        .row_bytes = cw_qtype_row_bytes(wtype, n_in),
-        .act_bytes = cw_cpu_act_bytes(wtype, n_in),
-        .expert_stride = expert_stride,
-        .n_in = n_in,
-        .n_out = n_out,
-        .n_tok = n_tok,
-        .n_used = n_used,
-        .x = x,
-        .xq = scratch,
-        .y = y,
-        .x_per_slot = x_per_slot,
-    };
-    pick_kernels(&c);
-    if (!c.dot || n_tok <= 0 || n_out <= 0 || n_used <= 0)
-        return;
-    int64_t *order = (int64_t *)(c.xq + ALIGN64(c.act_bytes * (size_t)n_x_rows));
-    int64_t n_pairs = 0;
-    for (int64_t i = 0; i < n_tok * n_used; i++)
-        if (ids[i] >= 0)
-            order[n_pairs++] = (int64_t)ids[i] << 32 | i;
-    qsort(order, (size_t)n_pairs, sizeof(*order), cmp_i64);
-    c.order = order;
-    c.n_pairs = n_pairs;
-    quantize_rows(pool, &c, n_x_rows);
-    cw_pool_run(pool, id_task, &c);
+    const struct cw_cpu_mm op = {wtype, w, n_out, y, expert_stride};
+    const struct cw_cpu_route route = {ids, n_used, x_per_slot};
+    (void)cw_cpu_matmuls(pool, &op, 1, n_in, x, n_tok, &route, scratch);
 }

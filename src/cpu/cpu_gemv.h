@@ -70,6 +70,43 @@ cw_vec_dotn_fn cw_cpu_vec_dotn_fn(enum cw_qtype wtype, enum cw_cpu_isa isa, int 
 /* One dot product with the best kernel. */
 float cw_cpu_vec_dot(enum cw_qtype wtype, int64_t n, const void *w_row, const void *xq);
 
+/* One of the products of a shared input in a cw_cpu_matmuls call: n_out rows
+ * of wtype, stored row after row from w. Dense (expert_stride 0): y
+ * [n_tok][n_out]. Routed (expert_stride > 0, the bytes between experts):
+ * the call's route picks W_e at w + e*expert_stride, and y is
+ * [n_tok*n_used][n_out] as in cw_cpu_matmul_id. */
+struct cw_cpu_mm {
+    enum cw_qtype wtype;
+    const void *w;
+    int64_t n_out;
+    float *y;
+    size_t expert_stride;
+};
+
+/* The experts of a call's routed products (cw_cpu_matmul_id's arguments). */
+struct cw_cpu_route {
+    const int32_t *ids;
+    int64_t n_used;
+    int x_per_slot; /* 1: one input row per slot, and no dense products */
+};
+
+#define CW_CPU_MM_MAX 8 /* products a call */
+
+/* Scratch bytes for cw_cpu_matmuls (its route's ids are not read); 0 if
+ * the arguments are out of range. */
+size_t cw_cpu_matmuls_scratch(const struct cw_cpu_mm *ops, int n_ops, int64_t n_in,
+                              int64_t n_tok, const struct cw_cpu_route *route);
+
+/* Up to CW_CPU_MM_MAX products of one input x [n_tok][n_in] (route: NULL
+ * where none is routed). x is quantised once for each activation type
+ * among them (F32 weights read it as it is), and every product's rows are
+ * split over the threads of one pool run. Each output has the bits it has
+ * from cw_cpu_matmul / cw_cpu_matmul_id alone. -1 (nothing done) where the
+ * arguments are out of range, as cw_cpu_matmuls_scratch's 0. */
+int cw_cpu_matmuls(struct cw_pool *pool, const struct cw_cpu_mm *ops, int n_ops, int64_t n_in,
+                   const float *x, int64_t n_tok, const struct cw_cpu_route *route,
+                   void *scratch);
+
 /* Scratch bytes that cw_cpu_matmul needs for n_tok rows of n_in. */
 size_t cw_cpu_matmul_scratch(enum cw_qtype wtype, int64_t n_in, int64_t n_tok);
 
