@@ -236,10 +236,13 @@ static void test_random_blocks(void)
     }
 }
 
-static void test_matmul(enum cw_qtype t, struct cw_pool pools[3])
+/* n_tok 13: passes of eight, four and one; 15, 14: seven and six rows in a
+ * pass of eight (AVX2: 15 ends in three rows in a pass of four); 11: three
+ * in a pass of four. */
+static void test_matmul(enum cw_qtype t, struct cw_pool pools[3], int64_t n_tok)
 {
     const char *name = cw_qtype_name(t);
-    int64_t n_in = size_for(t, 1), n_out = 37, n_tok = 13; /* eight, four and one */
+    int64_t n_in = size_for(t, 1), n_out = 37;
     size_t rb = cw_qtype_row_bytes(t, n_in);
     float *w = malloc(n_in * n_out * sizeof(float)), *x = malloc(n_in * n_tok * sizeof(float));
     char *wq = malloc(rb * n_out);
@@ -256,8 +259,8 @@ static void test_matmul(enum cw_qtype t, struct cw_pool pools[3])
         cw_cpu_matmul(&pools[1], t, wq, n_in, n_out, x + tk * n_in, 1, y1 + tk * n_out, scratch);
     size_t bytes = n_out * n_tok * sizeof(float);
     ok(!memcmp(y[0], y[1], bytes) && !memcmp(y[0], y[2], bytes),
-       "%s: matmul bit-identical over 1/2/3 threads", name);
-    ok(!memcmp(y[0], y1, bytes), "%s: matmul batch == token by token", name);
+       "%s: matmul of %d tokens bit-identical over 1/2/3 threads", name, (int)n_tok);
+    ok(!memcmp(y[0], y1, bytes), "%s: matmul of %d tokens == token by token", name, (int)n_tok);
     /* and each element is the vec_dot of its row */
     void *xq = malloc(cw_cpu_act_bytes(t, n_in));
     int same = 1;
@@ -268,7 +271,7 @@ static void test_matmul(enum cw_qtype t, struct cw_pool pools[3])
             same &= !memcmp(&d, &y[0][tk * n_out + o], sizeof(float));
         }
     }
-    ok(same, "%s: matmul elements == vec_dot", name);
+    ok(same, "%s: matmul of %d tokens: elements == vec_dot", name, (int)n_tok);
     for (int p = 0; p < 3; p++)
         free(y[p]);
     free(w), free(x), free(wq), free(scratch), free(y1), free(xq);
@@ -467,7 +470,8 @@ int main(void)
     for (int i = 0; i < N_TYPES; i++) {
         ok(cw_cpu_supports(types[i]), "%s supported", cw_qtype_name(types[i]));
         test_vec_dot(types[i]);
-        test_matmul(types[i], pools);
+        for (int k = 0; k < 4; k++)
+            test_matmul(types[i], pools, (const int64_t[]){13, 15, 14, 11}[k]);
         test_matmul_id(types[i], &pools[1]);
     }
     test_matmuls(pools);
