@@ -2,25 +2,28 @@
 # bench-cpu.sh — cwen vs llama.cpp on the CPU, same file, same run, one table.
 #
 # Builds cwen (Release) and the llama.cpp peer (bench/llama_peer.c, linked to
-# the oracle's prebuilt CPU libs) if needed, generates a 35B-A3B-width model
-# cut to a few layers (2048 embd, 256 experts; 3 DeltaNet : 1 attention),
+# the oracle's prebuilt CPU libs) if needed, generates a model cut to a few
+# layers with the 35B-A3B's widths (2048 embd, 256 experts; 3 DeltaNet : 1
+# attention) or, with BENCH_PRESET=27b, the dense 27B's (5120 embd, 17408 FFN),
 # runs `cwen bench --backend cpu` and the peer with the same tests, threads
 # and prompt stream, and prints both with the ratio cwen / llama.cpp.
 #
 # Environment (defaults in brackets):
-#   BENCH_LAYERS [8]  BENCH_PP [128,512]  BENCH_TG [64]  BENCH_DEPTH [0]
-#   BENCH_REPS [3]  BENCH_THREADS [2]  BENCH_MODEL [/tmp/bench-35b<layers>.gguf]
+#   BENCH_PRESET [35b-a3b]  BENCH_LAYERS [8]  BENCH_PP [128,512]  BENCH_TG [64]
+#   BENCH_DEPTH [0]  BENCH_REPS [3]  BENCH_THREADS [2]
+#   BENCH_MODEL [/tmp/bench-<35b|27b><layers>.gguf]
 #   BENCH_BUILD [build-bench-cpu]  BENCH_REGEN=1 writes the model again
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+PRESET=${BENCH_PRESET:-35b-a3b}
 LAYERS=${BENCH_LAYERS:-8}
 PP=${BENCH_PP:-128,512}
 TG=${BENCH_TG:-64}
 DEPTH=${BENCH_DEPTH:-0}
 REPS=${BENCH_REPS:-3}
 THREADS=${BENCH_THREADS:-2}
-MODEL=${BENCH_MODEL:-/tmp/bench-35b${LAYERS}.gguf}
+MODEL=${BENCH_MODEL:-/tmp/bench-${PRESET%-a3b}${LAYERS}.gguf}
 BUILD=${BENCH_BUILD:-build-bench-cpu}
 export CWEN_ORACLE_DIR=${CWEN_ORACLE_DIR:-$HOME/.cache/cwen-oracle}
 
@@ -35,9 +38,9 @@ if [ ! -x "$BUILD/llama_peer" ]; then
 fi
 
 if [ ! -f "$MODEL" ] || [ "${BENCH_REGEN:-0}" = 1 ]; then
-    echo "== generating $MODEL (35b-a3b widths, $LAYERS layers, q4_k_m)"
+    echo "== generating $MODEL ($PRESET widths, $LAYERS layers, q4_k_m)"
     t0=$(date +%s.%N)
-    "$BUILD/cwen" mkmodel --preset 35b-a3b --layers "$LAYERS" --mix q4_k_m \
+    "$BUILD/cwen" mkmodel --preset "$PRESET" --layers "$LAYERS" --mix q4_k_m \
         --threads "$(nproc)" -o "$MODEL"
     t1=$(date +%s.%N)
     echo "generation: $(python3 -c "print(f'{$t1-$t0:.1f}')") s"
