@@ -241,18 +241,18 @@ static void dots(const struct mm_op *op, int64_t n_in, const char *w_row, const 
 }
 
 /* A single token's product streams its weights from memory once: each
- * row asks for the row's length of bytes PREFETCH_AHEAD past it (as
- * non-temporal), clamped to end, the hardware prefetchers stopping at each
- * 4 KB page. Dense 27B widths, 4 layers, tg32 on 2 threads: 14.3-14.7 ->
- * 18.8-22.1 tok/s (2 KB: 18.8-21.0, 8 KB: 17.9-21.3; the 35B-A3B's 51
- * unchanged). */
+ * row (at byte from of base) asks for the row's length of bytes
+ * PREFETCH_AHEAD past it (as non-temporal), up to byte end, the hardware
+ * prefetchers stopping at each 4 KB page. Dense 27B widths, 4 layers, tg32
+ * on 2 threads: 14.3-14.7 -> 18.8-22.1 tok/s (2 KB: 18.8-21.0, 8 KB:
+ * 17.9-21.3; the 35B-A3B's 51 unchanged). */
 #define PREFETCH_AHEAD 4096
 
-static inline void prefetch_ahead(const char *p, size_t n, const char *end)
+static inline void prefetch_ahead(const char *base, size_t from, size_t n, size_t end)
 {
-    const char *a = p + PREFETCH_AHEAD, *b = a + n < end ? a + n : end;
+    size_t a = from + PREFETCH_AHEAD, b = a + n < end ? a + n : end;
     for (; a < b; a += 64)
-        __builtin_prefetch(a, 0, 0);
+        __builtin_prefetch(base + a, 0, 0);
 }
 
 /* Rows in tiles of DENSE_ROWS (18 KB of 2048-wide Q4_K), each tile against
@@ -278,8 +278,8 @@ static void dense_rows(const struct mm_ctx *c, const struct mm_op *op, int ith, 
                 xs[i] = op->xq + (t0 + i) * op->act_bytes;
             for (int64_t o = o0; o < o1; o++) {
                 if (nt == 1)
-                    prefetch_ahead(op->w + o * op->row_bytes, op->row_bytes,
-                                   op->w + r1 * op->row_bytes);
+                    prefetch_ahead(op->w, o * op->row_bytes, op->row_bytes,
+                                   r1 * op->row_bytes);
                 for (int64_t i = 0; i < nt; i++)
                     ys[i] = op->y + (t0 + i) * op->n_out + o;
                 dots(op, c->n_in, op->w + o * op->row_bytes, xs, ys, nt);
@@ -316,7 +316,7 @@ static void routed_rows(const struct mm_ctx *c, const struct mm_op *op, int64_t 
             xs[i] = op->xq + id_x_row(c, c->order[gb + i]) * op->act_bytes;
         for (int64_t o = r0; o < r1; o++) {
             if (np == 1)
-                prefetch_ahead(we + o * op->row_bytes, op->row_bytes, we + r1 * op->row_bytes);
+                prefetch_ahead(we, o * op->row_bytes, op->row_bytes, r1 * op->row_bytes);
             for (int64_t i = 0; i < np; i++)
                 ys[i] = op->y + (c->order[gb + i] & 0xffffffff) * op->n_out + o;
             dots(op, c->n_in, we + o * op->row_bytes, xs, ys, np);
