@@ -150,19 +150,39 @@ static void test_vec_dot(enum cw_qtype t)
 /* Blocks of random bytes (every bit pattern of quants and 6-bit scales),
  * with only the float scale fields set to sane values: the AVX2 kernels must
  * still equal the scalar ones bit for bit. */
+static const struct {
+    enum cw_qtype t;
+    int off[2]; /* f16 scale offsets in the block; -1 none */
+} random_cases[] = {
+    {CW_TYPE_Q8_0, {0, -1}},  {CW_TYPE_Q4_0, {0, -1}}, {CW_TYPE_IQ4_NL, {0, -1}},
+    {CW_TYPE_MXFP4, {-1, -1}}, {CW_TYPE_Q4_K, {0, 2}},  {CW_TYPE_Q5_K, {0, 2}},
+    {CW_TYPE_Q6_K, {208, -1}}, {CW_TYPE_IQ4_XS, {0, -1}},
+};
+
+/* Random bytes for nb blocks of random_cases[c]'s type, with only the float
+ * scale fields set to sane values. */
+static void random_blocks(int c, uint8_t *wq, int64_t nb)
+{
+    const struct cw_qtype_traits *tr = cw_qtype_traits(random_cases[c].t);
+    for (size_t i = 0; i < (size_t)nb * tr->block_bytes; i++)
+        wq[i] = (uint8_t)(urand() * 256);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *blk = wq + b * tr->block_bytes;
+        if (random_cases[c].t == CW_TYPE_MXFP4)
+            blk[0] = (uint8_t)(118 + urand() * 16);
+        for (int k = 0; k < 2; k++)
+            if (random_cases[c].off[k] >= 0) {
+                cw_f16 h = cw_f32_to_f16((float)(urand() - 0.5) * 0.01f);
+                memcpy(blk + random_cases[c].off[k], &h, 2);
+            }
+    }
+}
+
 static void test_random_blocks(void)
 {
-    static const struct {
-        enum cw_qtype t;
-        int off[2]; /* f16 scale offsets in the block; -1 none */
-    } cases[] = {
-        {CW_TYPE_Q8_0, {0, -1}},  {CW_TYPE_Q4_0, {0, -1}}, {CW_TYPE_IQ4_NL, {0, -1}},
-        {CW_TYPE_MXFP4, {-1, -1}}, {CW_TYPE_Q4_K, {0, 2}},  {CW_TYPE_Q5_K, {0, 2}},
-        {CW_TYPE_Q6_K, {208, -1}}, {CW_TYPE_IQ4_XS, {0, -1}},
-    };
     enum cw_cpu_isa best = cw_cpu_isa_best();
-    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        enum cw_qtype t = cases[c].t;
+    for (int c = 0; c < (int)(sizeof random_cases / sizeof *random_cases); c++) {
+        enum cw_qtype t = random_cases[c].t;
         const struct cw_qtype_traits *tr = cw_qtype_traits(t);
         int64_t n = 256 * 11, nb = n / tr->block_elems;
         size_t rb = cw_qtype_row_bytes(t, n);
@@ -174,18 +194,7 @@ static void test_random_blocks(void)
         for (int i = 0; i < 8; i++)
             xq4[i] = malloc(cw_cpu_act_bytes(t, n));
         for (int rep = 0; rep < 200; rep++) {
-            for (size_t i = 0; i < rb; i++)
-                wq[i] = (uint8_t)(urand() * 256);
-            for (int64_t b = 0; b < nb; b++) {
-                uint8_t *blk = wq + b * tr->block_bytes;
-                if (t == CW_TYPE_MXFP4)
-                    blk[0] = (uint8_t)(118 + urand() * 16);
-                for (int k = 0; k < 2; k++)
-                    if (cases[c].off[k] >= 0) {
-                        cw_f16 h = cw_f32_to_f16((float)(urand() - 0.5) * 0.01f);
-                        memcpy(blk + cases[c].off[k], &h, 2);
-                    }
-            }
+            random_blocks(c, wq, nb);
             fill(x, n);
             cw_cpu_quantize_act(t, x, xq, n);
             float a = cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR)(n, wq, xq);
@@ -233,6 +242,77 @@ static void test_random_blocks(void)
             ok(cw_cpu_vec_dot_fn(t, CW_CPU_AVX2) != cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR),
                "%s has its own AVX2 kernel", cw_qtype_name(t));
         free(wq), free(x), free(xq);
+    }
+}
+
+/* The prompt kernels, where this CPU has them: rows of 1 to 25 blocks
+ * (whole groups of 8 and a last group of fewer), random blocks (every
+ * pattern of the 6-bit scales and mins) and quantised ones, 1, 4 and 8
+ * activation rows a call against one weight row, 8 against two: each
+ * result the scalar vec_dot's on the plain row, bit for bit. */
+static void test_prompt_kernels(void)
+{
+    enum cw_cpu_isa best = cw_cpu_isa_best();
+    if (best >= CW_CPU_AVX512)
+        ok(cw_cpu_prompt_kernels(CW_TYPE_Q4_K, best) != NULL, "q4_K has AVX-512 prompt kernels");
+    else
+        note("no AVX-512 here: no prompt kernels to test");
+    for (int c = 0; c < (int)(sizeof random_cases / sizeof *random_cases); c++) {
+        const enum cw_qtype t = random_cases[c].t;
+        const struct cw_cpu_prompt *pk = cw_cpu_prompt_kernels(t, best);
+        if (!pk)
+            continue;
+        const struct cw_qtype_traits *tr = cw_qtype_traits(t);
+        const int64_t max_nb = 25, max_n = max_nb * tr->block_elems;
+        const size_t pb = pk->act_bytes(max_n);
+        uint8_t *wq = malloc(2 * cw_qtype_row_bytes(t, max_n));
+        float *x = malloc(max_n * sizeof(float)), *w = malloc(2 * max_n * sizeof(float));
+        char *plain = malloc(8 * cw_cpu_act_bytes(t, max_n)), *il = aligned_alloc(64, 8 * pb);
+        int same = 1, sizes = 1, calls = 0;
+        for (int64_t nb = 1; nb <= max_nb; nb++) {
+            const int64_t n = nb * tr->block_elems;
+            const size_t ab = cw_cpu_act_bytes(t, n), ib = pk->act_bytes(n);
+            const size_t rb = cw_qtype_row_bytes(t, n);
+            sizes &= ib % 64 == 0 && ib >= ab;
+            for (int rep = 0; rep < 6; rep++) {
+                if (rep % 2) {
+                    random_blocks(c, wq, 2 * nb);
+                } else {
+                    fill(w, 2 * n);
+                    quant_weights(t, w, wq, 2, n);
+                }
+                const void *xs[8];
+                for (int i = 0; i < 8; i++) {
+                    fill(x, n);
+                    cw_cpu_quantize_act(t, x, plain + i * ab, n);
+                    pk->quantize(x, il + i * ib, n);
+                    xs[i] = il + i * ib;
+                }
+                float want[16], got[16];
+                for (int i = 0; i < 16; i++)
+                    want[i] = cw_cpu_vec_dot_fn(t, CW_CPU_SCALAR)(n, wq + i / 8 * rb,
+                                                                  plain + i % 8 * ab);
+                for (int i = 0; i < 8; i++)
+                    got[i] = pk->dot(n, wq, xs[i]);
+                same &= !memcmp(want, got, 8 * sizeof(float));
+                pk->dot4(n, wq, xs, got);
+                pk->dot4(n, wq, xs + 4, got + 4);
+                same &= !memcmp(want, got, 8 * sizeof(float));
+                pk->dot8(n, wq, xs, got);
+                same &= !memcmp(want, got, 8 * sizeof(float));
+                calls += 11;
+                if (pk->dot8x2) {
+                    pk->dot8x2(n, wq, rb, xs, got);
+                    same &= !memcmp(want, got, sizeof want);
+                    calls++;
+                }
+            }
+        }
+        ok(sizes, "%s: prompt rows are whole cache lines, never shorter than plain ones",
+           cw_qtype_name(t));
+        ok(same, "%s: prompt kernels (%d calls) == scalar on the plain rows",
+           cw_qtype_name(t), calls);
+        free(wq), free(x), free(w), free(plain), free(il);
     }
 }
 
@@ -467,6 +547,7 @@ int main(void)
         ok(cw_pool_init(&pools[p], p + 1, &err) == 0, "pool %d: %s", p + 1, err.msg);
     }
     test_random_blocks();
+    test_prompt_kernels();
     for (int i = 0; i < N_TYPES; i++) {
         ok(cw_cpu_supports(types[i]), "%s supported", cw_qtype_name(types[i]));
         test_vec_dot(types[i]);

@@ -3,7 +3,7 @@
  *
  * Owns the one dispatch table of the CPU backend (weight type -> activation
  * type and vec_dot kernels, scalar and AVX2) and the run-time choice between
- * them. The kernels themselves are in cpu_dot_ref.c / cpu_dot_avx2.c. */
+ * them. The kernels themselves are in the cpu_dot_*.c files. */
 #include "cpu/cpu_gemv.h"
 
 #include <stdlib.h>
@@ -24,7 +24,14 @@ struct type_ops {
     cw_vec_dotn_fn avx2_4;   /* four rows at once; NULL: none */
     cw_vec_dot_fn avx512;    /* NULL: the AVX2 kernels serve AVX-512 too */
     cw_vec_dotn_fn avx512_4, avx512_8;
+    const struct cw_cpu_prompt *avx512_prompt; /* NULL: none */
 };
+
+#if defined(__x86_64__) || defined(__i386__)
+static const struct cw_cpu_prompt q4_k_prompt_avx512 = {
+    cw_q4k_il_act_bytes,    cw_q4k_il_quantize,       cw_dot_q4_k_il_avx512,
+    cw_dot4_q4_k_il_avx512, cw_dot8_q4_k_il_avx512, cw_dot8x2_q4_k_il_avx512};
+#endif
 
 static const struct type_ops type_ops[CW_TYPE_COUNT] = {
     [CW_TYPE_F32] = {.act = CW_TYPE_F32, .ref = cw_dot_f32_ref, .avx2 = X86(cw_dot_f32_avx2)},
@@ -45,7 +52,8 @@ static const struct type_ops type_ops[CW_TYPE_COUNT] = {
     [CW_TYPE_Q4_K] = {.act = CW_TYPE_Q8_K, .ref = cw_dot_q4_k_ref,
                       .avx2 = X86(cw_dot_q4_k_avx2), .avx2_4 = X86(cw_dot4_q4_k_avx2),
                       .avx512 = X86(cw_dot_q4_k_avx512), .avx512_4 = X86(cw_dot4_q4_k_avx512),
-                      .avx512_8 = X86(cw_dot8_q4_k_avx512)},
+                      .avx512_8 = X86(cw_dot8_q4_k_avx512),
+                      .avx512_prompt = X86(&q4_k_prompt_avx512)},
     [CW_TYPE_Q5_K] = {.act = CW_TYPE_Q8_K, .ref = cw_dot_q5_k_ref,
                       .avx2 = X86(cw_dot_q5_k_avx2), .avx2_4 = X86(cw_dot4_q5_k_avx2)},
     [CW_TYPE_Q6_K] = {.act = CW_TYPE_Q8_K, .ref = cw_dot_q6_k_ref,
@@ -147,6 +155,12 @@ cw_vec_dotn_fn cw_cpu_vec_dotn_fn(enum cw_qtype wtype, enum cw_cpu_isa isa, int 
     return o->avx2_4;
 }
 
+const struct cw_cpu_prompt *cw_cpu_prompt_kernels(enum cw_qtype wtype, enum cw_cpu_isa isa)
+{
+    const struct type_ops *o = ops_of(wtype);
+    return o && isa >= CW_CPU_AVX512 ? o->avx512_prompt : NULL;
+}
+
 float cw_cpu_vec_dot(enum cw_qtype wtype, int64_t n, const void *w_row, const void *xq)
 {
     return cw_cpu_vec_dot_fn(wtype, cw_cpu_isa_best())(n, w_row, xq);
@@ -165,13 +179,17 @@ struct mm_op {
     float *y;
     cw_vec_dot_fn dot;
     cw_vec_dotn_fn dot4, dot8; /* four, eight rows a pass; NULL: none */
+    void (*dot8x2)(int64_t, const void *, size_t, const void *const *, float *); /* or NULL */
+    int act;                   /* its activations: c->act[act]; -1: x itself (F32) */
     const char *xq;            /* x quantised for this type; act_bytes a row */
     size_t act_bytes;
 };
 
-/* one activation type of a call: x quantised once for all its products */
+/* one activation type (and layout) of a call: x quantised once for all its
+ * products */
 struct mm_act {
-    enum cw_qtype wtype; /* a weight type that pairs with it */
+    enum cw_qtype wtype;                /* a weight type that pairs with it */
+    const struct cw_cpu_prompt *prompt; /* its layout's; NULL: the plain type */
     size_t act_bytes;
     char *xq;
 };
@@ -196,8 +214,14 @@ static void quant_task(void *p, int ith, int nth)
 {
     struct mm_ctx *c = p;
     const struct mm_act *a = &c->act[c->quant_act];
-    for (int64_t t = ith; t < c->n_x_rows; t += nth)
-        cw_cpu_quantize_act(a->wtype, c->x + t * c->n_in, a->xq + t * a->act_bytes, c->n_in);
+    for (int64_t t = ith; t < c->n_x_rows; t += nth) {
+        const float *x = c->x + t * c->n_in;
+        char *xq = a->xq + t * a->act_bytes;
+        if (a->prompt)
+            a->prompt->quantize(x, xq, c->n_in);
+        else
+            cw_cpu_quantize_act(a->wtype, x, xq, c->n_in);
+    }
 }
 
 /* rows rows of a multi-row kernel from xs[0..k), the last repeated to fill
@@ -238,6 +262,23 @@ static void dots(const struct mm_op *op, int64_t n_in, const char *w_row, const 
     }
     for (; i < n; i++)
         *ys[i] = op->dot(n_in, w_row, xs[i]);
+}
+
+/* Rows w_row and the next against the n activation rows xs[i], into
+ * ys[i][0] and ys[i][1], where the product has a kernel for two rows and n
+ * is its 8; 0 (nothing done) where not. */
+static int dots2(const struct mm_op *op, int64_t n_in, const char *w_row, const void *const *xs,
+                 float *const *ys, int64_t n)
+{
+    if (!op->dot8x2 || n != 8)
+        return 0;
+    float r[16];
+    op->dot8x2(n_in, w_row, op->row_bytes, xs, r);
+    for (int i = 0; i < 8; i++) {
+        ys[i][0] = r[i];
+        ys[i][1] = r[8 + i];
+    }
+    return 1;
 }
 
 /* A single token's product streams its weights from memory once: each
@@ -282,7 +323,10 @@ static void dense_rows(const struct mm_ctx *c, const struct mm_op *op, int ith, 
                                    r1 * op->row_bytes);
                 for (int64_t i = 0; i < nt; i++)
                     ys[i] = op->y + (t0 + i) * op->n_out + o;
-                dots(op, c->n_in, op->w + o * op->row_bytes, xs, ys, nt);
+                if (o + 1 < o1 && dots2(op, c->n_in, op->w + o * op->row_bytes, xs, ys, nt))
+                    o++;
+                else
+                    dots(op, c->n_in, op->w + o * op->row_bytes, xs, ys, nt);
             }
         }
     }
@@ -319,7 +363,10 @@ static void routed_rows(const struct mm_ctx *c, const struct mm_op *op, int64_t 
                 prefetch_ahead(we, o * op->row_bytes, op->row_bytes, r1 * op->row_bytes);
             for (int64_t i = 0; i < np; i++)
                 ys[i] = op->y + (c->order[gb + i] & 0xffffffff) * op->n_out + o;
-            dots(op, c->n_in, we + o * op->row_bytes, xs, ys, np);
+            if (o + 1 < r1 && dots2(op, c->n_in, we + o * op->row_bytes, xs, ys, np))
+                o++;
+            else
+                dots(op, c->n_in, we + o * op->row_bytes, xs, ys, np);
         }
     }
 }
@@ -384,23 +431,38 @@ static size_t plan(struct mm_ctx *c, const struct cw_cpu_mm *ops, int n_ops, int
         o->dot8 = cw_cpu_vec_dotn_fn(o->wtype, isa, 8);
         if (!o->dot || !o->act_bytes || o->n_out <= 0)
             return 0;
-        /* F32 weights read x itself; every other type its activation type's rows */
+        /* F32 weights read x itself; every other type its activation type's
+         * rows, in its prompt kernels' layout where a prompt has them */
+        o->act = -1;
         if (cw_cpu_vec_dot_type(o->wtype) == CW_TYPE_F32)
             continue;
+        const struct cw_cpu_prompt *pk = n_tok > 1 ? cw_cpu_prompt_kernels(o->wtype, isa) : NULL;
+        if (pk) {
+            o->act_bytes = pk->act_bytes(n_in);
+            o->dot = pk->dot;
+            o->dot4 = pk->dot4;
+            o->dot8 = pk->dot8;
+            o->dot8x2 = pk->dot8x2;
+        }
         int a = 0;
-        while (a < c->n_acts &&
-               cw_cpu_vec_dot_type(c->act[a].wtype) != cw_cpu_vec_dot_type(o->wtype))
+        while (a < c->n_acts && (c->act[a].prompt != pk ||
+                                 cw_cpu_vec_dot_type(c->act[a].wtype) !=
+                                     cw_cpu_vec_dot_type(o->wtype)))
             a++;
         if (a == c->n_acts) {
             c->act[a].wtype = o->wtype;
+            c->act[a].prompt = pk;
             c->act[a].act_bytes = o->act_bytes;
             c->n_acts++;
             bytes += ALIGN64(o->act_bytes * (size_t)c->n_x_rows);
         }
+        o->act = a;
     }
     if (route)
         bytes += (size_t)(n_tok * route->n_used) * sizeof(int64_t);
-    return bytes ? bytes : 1;
+    /* the activations start at the first 64-byte boundary of the scratch:
+     * the prompt kernels load their rows aligned */
+    return bytes ? bytes + 64 : 1;
 }
 
 size_t cw_cpu_matmuls_scratch(const struct cw_cpu_mm *ops, int n_ops, int64_t n_in,
@@ -418,18 +480,13 @@ int cw_cpu_matmuls(struct cw_pool *pool, const struct cw_cpu_mm *ops, int n_ops,
     if (!plan(&c, ops, n_ops, n_in, n_tok, route))
         return -1;
     c.x = x;
-    char *p = scratch;
+    char *p = (char *)scratch + (64 - (uintptr_t)scratch % 64) % 64;
     for (int a = 0; a < c.n_acts; a++) {
         c.act[a].xq = p;
         p += ALIGN64(c.act[a].act_bytes * (size_t)c.n_x_rows);
     }
-    for (int i = 0; i < c.n_ops; i++) {
-        struct mm_op *o = &c.op[i];
-        o->xq = (const char *)x;
-        for (int a = 0; a < c.n_acts; a++)
-            if (cw_cpu_vec_dot_type(c.act[a].wtype) == cw_cpu_vec_dot_type(o->wtype))
-                o->xq = c.act[a].xq;
-    }
+    for (int i = 0; i < c.n_ops; i++)
+        c.op[i].xq = c.op[i].act < 0 ? (const char *)x : c.act[c.op[i].act].xq;
     if (route) {
         int64_t *order = (int64_t *)p;
         for (int64_t i = 0; i < n_tok * route->n_used; i++)
@@ -466,8 +523,11 @@ void cw_cpu_matmul(struct cw_pool *pool, enum cw_qtype wtype, const void *w, int
 size_t cw_cpu_matmul_id_scratch(enum cw_qtype wtype, int64_t n_in, int64_t n_x_rows,
                                 int64_t n_pairs)
 {
-    return ALIGN64(cw_cpu_act_bytes(wtype, n_in) * (size_t)n_x_rows) +
-           (size_t)n_pairs * sizeof(int64_t);
+    /* the prompt layout's rows where the type has one: n_tok is not known */
+    const struct cw_cpu_prompt *pk = cw_cpu_prompt_kernels(wtype, cw_cpu_isa_best());
+    const size_t plain = cw_cpu_act_bytes(wtype, n_in);
+    const size_t act = pk && plain && pk->act_bytes(n_in) > plain ? pk->act_bytes(n_in) : plain;
+    return ALIGN64(act * (size_t)n_x_rows) + (size_t)n_pairs * sizeof(int64_t) + 64;
 }
 
 void cw_cpu_matmul_id(struct cw_pool *pool, enum cw_qtype wtype, const void *w,

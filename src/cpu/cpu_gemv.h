@@ -67,6 +67,26 @@ cw_vec_dot_fn cw_cpu_vec_dot_fn(enum cw_qtype wtype, enum cw_cpu_isa isa);
  * NULL where it has none (the matmuls then take fewer rows a pass). */
 cw_vec_dotn_fn cw_cpu_vec_dotn_fn(enum cw_qtype wtype, enum cw_cpu_isa isa, int rows);
 
+/* A type's prompt kernels at a level: where it has kernels that read their
+ * activations in a layout of their own (AVX-512 Q4_K: cpu_dot_prompt_avx512.c),
+ * products of several tokens quantise x into that layout (act_bytes a row,
+ * a multiple of 64, never fewer than cw_cpu_act_bytes; rows 64-byte aligned)
+ * and multiply with these. Each result has the bits of the type's vec_dot
+ * on the plain row. */
+struct cw_cpu_prompt {
+    size_t (*act_bytes)(int64_t n);
+    void (*quantize)(const float *x, void *xq, int64_t n);
+    cw_vec_dot_fn dot;
+    cw_vec_dotn_fn dot4, dot8;
+    /* rows w_row and w_row + row_bytes against 8 activation rows: out[r*8 + t] */
+    void (*dot8x2)(int64_t n, const void *w_row, size_t row_bytes, const void *const *xq,
+                   float *out);
+};
+
+/* NULL where the type has none at this level (its row kernels serve
+ * prompts too). */
+const struct cw_cpu_prompt *cw_cpu_prompt_kernels(enum cw_qtype wtype, enum cw_cpu_isa isa);
+
 /* One dot product with the best kernel. */
 float cw_cpu_vec_dot(enum cw_qtype wtype, int64_t n, const void *w_row, const void *xq);
 
@@ -99,7 +119,8 @@ size_t cw_cpu_matmuls_scratch(const struct cw_cpu_mm *ops, int n_ops, int64_t n_
 
 /* Up to CW_CPU_MM_MAX products of one input x [n_tok][n_in] (route: NULL
  * where none is routed). x is quantised once for each activation type
- * among them (F32 weights read it as it is), and every product's rows are
+ * among them (F32 weights read it as it is; with n_tok > 1, a type's prompt
+ * kernels take their own layout), and every product's rows are
  * split over the threads of one pool run. Each output has the bits it has
  * from cw_cpu_matmul / cw_cpu_matmul_id alone. -1 (nothing done) where the
  * arguments are out of range, as cw_cpu_matmuls_scratch's 0. */
