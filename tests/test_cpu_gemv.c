@@ -254,7 +254,8 @@ static void test_prompt_kernels(void)
 {
     enum cw_cpu_isa best = cw_cpu_isa_best();
     if (best >= CW_CPU_AVX512)
-        ok(cw_cpu_prompt_kernels(CW_TYPE_Q4_K, best) != NULL, "q4_K has AVX-512 prompt kernels");
+        ok(cw_cpu_prompt_kernels(CW_TYPE_Q4_K, best) && cw_cpu_prompt_kernels(CW_TYPE_Q6_K, best),
+           "q4_K and q6_K have AVX-512 prompt kernels");
     else
         note("no AVX-512 here: no prompt kernels to test");
     for (int c = 0; c < (int)(sizeof random_cases / sizeof *random_cases); c++) {

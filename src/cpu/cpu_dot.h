@@ -175,16 +175,20 @@ CW_DOTN_DECL(cw_dot4_q6_k_avx512)
 CW_DOTN_DECL(cw_dot8_q4_k_avx512)
 CW_DOTN_DECL(cw_dot8_q6_k_avx512)
 
-/* The AVX-512 prompt kernels of Q4_K and the layout of their activations
- * (cpu_dot_prompt_avx512.c): bytes of a row of n (a multiple of 64), and the
- * quantiser, which gives the values of Q8_K reordered. */
-size_t cw_q4k_il_act_bytes(int64_t n);
-void cw_q4k_il_quantize(const float *x, void *xq, int64_t n);
-CW_DOT_DECL(cw_dot_q4_k_il_avx512)
-CW_DOTN_DECL(cw_dot4_q4_k_il_avx512)
-CW_DOTN_DECL(cw_dot8_q4_k_il_avx512)
-void cw_dot8x2_q4_k_il_avx512(int64_t n, const void *w_row, size_t row_bytes,
-                              const void *const *xq, float *out);
+/* The AVX-512 prompt kernels of Q4_K and Q6_K and the layouts of their
+ * activations (cpu_dot_prompt_avx512.c): bytes of a row of n (a multiple of
+ * 64), and the quantisers, which give the values of Q8_K reordered. */
+#define CW_IL_DECL(name)                                                               \
+    size_t cw_##name##_il_act_bytes(int64_t n);                                         \
+    void cw_##name##_il_quantize(const float *x, void *xq, int64_t n);                  \
+    CW_DOT_DECL(cw_dot_##name##_il_avx512)                                              \
+    CW_DOTN_DECL(cw_dot4_##name##_il_avx512)                                            \
+    CW_DOTN_DECL(cw_dot8_##name##_il_avx512)                                            \
+    void cw_dot8x2_##name##_il_avx512(int64_t n, const void *w_row, size_t row_bytes, \
+                                      const void *const *xq, float *out);
+CW_IL_DECL(q4_k)
+CW_IL_DECL(q6_k)
+#undef CW_IL_DECL
 
 #undef CW_DOT_DECL
 #undef CW_DOTN_DECL

@@ -1,20 +1,21 @@
-/* cpu_dot_prompt_avx512.c — the AVX-512 prompt kernels of Q4_K: weight rows
- * against activations in a layout of their own, which the quantiser here
- * writes once for a product of several tokens.
+/* cpu_dot_prompt_avx512.c — the AVX-512 prompt kernels of Q4_K and Q6_K:
+ * weight rows against activations in a layout of their own, which the
+ * quantisers here write once for a product of several tokens.
  *
  * The row kernels (cpu_dot_avx512.c) multiply each sub-block's u8 x s8
  * pairs (maddubs) and then by its scale (vpdpwssd), load x unaligned, and
- * take the min sums block by block. Here one vpdpbusd lane pair holds one
- * sub-block's running sum: a super-block's values are reordered so that
- * register k of four holds 8 values of every sub-block (8-byte group k of
- * sub-block s in qword s), the weights by permutes once per row and block
+ * take the Q4_K min sums block by block. Here one vpdpbusd lane (Q6_K) or
+ * lane pair (Q4_K) holds one sub-block's running sum: a super-block's
+ * values are reordered so that register k of four holds 4 (Q6_K) or 8
+ * values of every sub-block, the weights by permutes once a row and block
  * (for every token of the pass), the activations when quantised. Four
- * vpdpbusd a token are then scaled by one vpmulld, and the min sums of
- * eight blocks take two vpmaddwd against sub-block sums stored beside x.
+ * vpdpbusd a token are then scaled by one vpmulld; the Q4_K min sums of
+ * eight blocks take two vpmaddwd against sub-block sums stored beside x, and
+ * Q6_K's -32 is x's bsums times -32, stored beside x as the sums' start.
  * The integer sums are exact and the float steps are the row kernels'
- * (cpu_dot_kq.h), so each result has the bits of cw_dot_q4_k_ref on the
- * plain Q8_K row. 2048-wide rows, 8 tokens a pass, in cache: 28 -> 16 ns a
- * row and token. */
+ * (cpu_dot_kq.h), so each result has the bits of the scalar kernel on the
+ * plain Q8_K row. Q4_K, 2048-wide rows, 8 tokens a pass, in cache: 28 -> 16
+ * ns a row and token. */
 #if defined(__x86_64__) || defined(__i386__)
 
 #define X86_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
@@ -39,13 +40,13 @@
 #define IL_MSUM(nb) (292 * (nb))
 #define IL_NB8(nb) (((nb) + 7) / 8 * 8)
 
-size_t cw_q4k_il_act_bytes(int64_t n)
+size_t cw_q4_k_il_act_bytes(int64_t n)
 {
     const int64_t nb = n / CW_QK_K;
     return ((size_t)(IL_MSUM(nb) + 16 * IL_NB8(nb)) + 63) & ~(size_t)63;
 }
 
-void cw_q4k_il_quantize(const float *x, void *xq, int64_t n)
+void cw_q4_k_il_quantize(const float *x, void *xq, int64_t n)
 {
     const int64_t nb = n / CW_QK_K;
     char *row = xq;
@@ -53,7 +54,7 @@ void cw_q4k_il_quantize(const float *x, void *xq, int64_t n)
     int16_t *bsums = (int16_t *)(row + IL_BSUMS(nb)), *msum = (int16_t *)(row + IL_MSUM(nb));
     float *d = (float *)(row + IL_D(nb));
     const cw_quant_fn quant = cw_qtype_traits(CW_TYPE_Q8_K)->quant_row;
-    memset(msum, 0, cw_q4k_il_act_bytes(n) - (size_t)IL_MSUM(nb));
+    memset(msum, 0, cw_q4_k_il_act_bytes(n) - (size_t)IL_MSUM(nb));
     for (int64_t b = 0; b < nb; b++) {
         struct cw_block_q8_k blk;
         quant(x + b * CW_QK_K, &blk, CW_QK_K); /* Q8_K is per block: the row's bits */
@@ -66,6 +67,44 @@ void cw_q4k_il_quantize(const float *x, void *xq, int64_t n)
         for (int s = 0; s < 8; s++)
             msum[8 * g + 16 * (s / 2) + 2 * j + s % 2] =
                 (int16_t)(blk.bsums[2 * s] + blk.bsums[2 * s + 1]); /* |.| <= 4096 */
+    }
+}
+
+/* Q6_K's layout of a row of nb super-blocks (64-byte aligned):
+ *   qs    [nb][256]  block b's values, group k (values 4k..4k+3) of
+ *                    sub-block s (16 values) at byte 256b + 64k + 4p, where
+ *                    p = 4(s%4) + s/4 (the position il6_block's in-lane
+ *                    transposes give it)
+ *   c     [nb][16]   int32: -32 times the bsum of sub-block s, at p
+ *   d     [nb]       as in Q8_K              at 320nb
+ * then zeros to a multiple of 64 bytes. */
+#define IL6_C(nb) (256 * (nb))
+#define IL6_D(nb) (320 * (nb))
+
+size_t cw_q6_k_il_act_bytes(int64_t n)
+{
+    return ((size_t)(324 * (n / CW_QK_K)) + 63) & ~(size_t)63;
+}
+
+void cw_q6_k_il_quantize(const float *x, void *xq, int64_t n)
+{
+    const int64_t nb = n / CW_QK_K;
+    char *row = xq;
+    int8_t *qs = (int8_t *)row;
+    int32_t *c = (int32_t *)(row + IL6_C(nb));
+    float *d = (float *)(row + IL6_D(nb));
+    const cw_quant_fn quant = cw_qtype_traits(CW_TYPE_Q8_K)->quant_row;
+    memset(d + nb, 0, cw_q6_k_il_act_bytes(n) - (size_t)IL6_D(nb) - 4 * (size_t)nb);
+    for (int64_t b = 0; b < nb; b++) {
+        struct cw_block_q8_k blk;
+        quant(x + b * CW_QK_K, &blk, CW_QK_K);
+        d[b] = blk.d;
+        for (int sb = 0; sb < 16; sb++) {
+            const int p = 4 * (sb % 4) + sb / 4;
+            c[16 * b + p] = -32 * blk.bsums[sb];
+            for (int k = 0; k < 4; k++)
+                memcpy(qs + 256 * b + 64 * k + 4 * p, blk.qs + 16 * sb + 4 * k, 4);
+        }
     }
 }
 
@@ -143,6 +182,67 @@ il_block(int nr, const struct cw_block_q4_k *const *w, int64_t b, const int8_t *
             s[r][t][j] = fold512(_mm512_mullo_epi32(acc[r][t], sc[r]));
 }
 
+/* Super-block b of nr Q6_K weight rows against nt activation rows (values
+ * at qs[t], -32·bsums at c[t]): s[r][t][j] (8 x i32 partials of
+ * Σ scale·(q - 32)·x). */
+X86_ATTR __attribute__((always_inline)) static inline void
+il6_block(int nr, const struct cw_block_q6_k *const *w, int64_t b, const int8_t *const *qs,
+          const int32_t *const *c, int nt, int j, __m256i (*s)[KQ_NT][8])
+{
+    __m512i sc[IL_NR], tk[IL_NR][4];
+    const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(3);
+    /* per 256-bit half, the qh shift of the values 0..63 and of 64..127 of a
+     * half block */
+    const __m512i sh01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    const __m512i sh23 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+    for (int r = 0; r < nr; r++) {
+        const struct cw_block_q6_k *wb = &w[r][b];
+        /* position p's scale: sub-block 4(p%4) + p/4 */
+        sc[r] = _mm512_permutexvar_epi32(
+            _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
+            _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)wb->scales)));
+        /* q[m]: values 64m..64m+63 in order (sub-blocks 4m..4m+3, one a
+         * 128-bit lane), as the row kernel builds them */
+        __m512i q[4];
+        for (int h = 0; h < 2; h++) {
+            const __m512i ql = _mm512_loadu_si512(wb->ql + 64 * h);
+            const __m512i qh =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb->qh + 32 * h)));
+            q[2 * h] = _mm512_or_si512(
+                _mm512_and_si512(ql, m4),
+                _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), m2), 4));
+            q[2 * h + 1] = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), m2), 4));
+        }
+        /* 4 x 4 dword transposes in each 128-bit lane: dword k of lane l of
+         * q[m] (sub-block 4m + l's group k) to dword m of lane l of tk[k] */
+        const __m512i t0 = _mm512_unpacklo_epi32(q[0], q[1]), t1 = _mm512_unpackhi_epi32(q[0], q[1]);
+        const __m512i t2 = _mm512_unpacklo_epi32(q[2], q[3]), t3 = _mm512_unpackhi_epi32(q[2], q[3]);
+        tk[r][0] = _mm512_unpacklo_epi64(t0, t2);
+        tk[r][1] = _mm512_unpackhi_epi64(t0, t2);
+        tk[r][2] = _mm512_unpacklo_epi64(t1, t3);
+        tk[r][3] = _mm512_unpackhi_epi64(t1, t3);
+    }
+    /* the sums start at -32·bsum: exact, and no correction after */
+    __m512i acc[IL_NR][KQ_NT];
+    for (int t = 0; t < nt; t++) {
+        const __m512i c0 = _mm512_load_si512(c[t] + 16 * b);
+        const __m512i x = _mm512_load_si512(qs[t] + 256 * b);
+        for (int r = 0; r < nr; r++)
+            acc[r][t] = _mm512_dpbusd_epi32(c0, tk[r][0], x);
+    }
+    for (int k = 1; k < 4; k++)
+        for (int t = 0; t < nt; t++) {
+            const __m512i x = _mm512_load_si512(qs[t] + 256 * b + 64 * k);
+            for (int r = 0; r < nr; r++)
+                acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], tk[r][k], x);
+        }
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++)
+            s[r][t][j] = fold512(_mm512_mullo_epi32(acc[r][t], sc[r]));
+}
+
 /* The f16 at byte 0 of the first k of eight blocks `stride` bytes apart;
  * the others 0 and not read (past a row's end). */
 X86_ATTR static inline __m256 f16x8_first(const void *p, int stride, __mmask8 k)
@@ -155,43 +255,53 @@ X86_ATTR static inline __m256 f16x8_first(const void *p, int stride, __mmask8 k)
     return _mm256_cvtph_ps(_mm256_castsi256_si128(v));
 }
 
-/* As kq_dot (cpu_dot_kq.h) for Q4_K, for nr weight rows row_bytes apart,
- * on activation rows in the layout above: out[r*nt + t]. Blocks go eight at
- * a time, lane j of a row's float sums taking block 8g + j with the float
- * steps of cw_comb_min; a last group of fewer than eight adds into its
- * lanes only, so that the other lanes keep their bits. One activation row
- * takes each block's min sums from its bsums (the group's vpmaddwd costs
- * more than it saves for one). */
+/* As kq_dot (cpu_dot_kq.h) for Q4_K (q6: Q6_K), for nr weight rows
+ * row_bytes apart, on activation rows in the type's layout above:
+ * out[r*nt + t]. Blocks go eight at a time, lane j of a row's float sums
+ * taking block 8g + j with the float steps of cw_comb_min (cw_comb1); a
+ * last group of fewer than eight adds into its lanes only, so that the
+ * others keep their bits. One Q4_K activation row takes each block's min
+ * sums from its bsums (the group's vpmaddwd costs more than it saves for
+ * one). */
 X86_ATTR __attribute__((always_inline)) static inline void
-il_dot(int nr, int64_t n, const void *w_row, size_t row_bytes, const void *const *xq, int nt,
-       float *out)
+il_dot(int q6, int nr, int64_t n, const void *w_row, size_t row_bytes, const void *const *xq,
+       int nt, float *out)
 {
     const struct cw_block_q4_k *w[IL_NR];
-    for (int r = 0; r < nr; r++)
+    const struct cw_block_q6_k *w6[IL_NR];
+    for (int r = 0; r < nr; r++) {
         w[r] = (const struct cw_block_q4_k *)((const char *)w_row + r * row_bytes);
+        w6[r] = (const struct cw_block_q6_k *)((const char *)w_row + r * row_bytes);
+    }
     const int64_t nb = n / CW_QK_K;
-    const int bb = (int)sizeof(struct cw_block_q4_k);
+    const int bb = q6 ? (int)sizeof(struct cw_block_q6_k) : (int)sizeof(struct cw_block_q4_k);
     const int8_t *qs[KQ_NT];
     const int16_t *bsums[KQ_NT], *msum[KQ_NT];
+    const int32_t *c[KQ_NT];
     const float *dx[KQ_NT];
     for (int t = 0; t < nt; t++) {
         const char *row = xq[t];
         qs[t] = (const int8_t *)row;
         bsums[t] = (const int16_t *)(row + IL_BSUMS(nb));
-        dx[t] = (const float *)(row + IL_D(nb));
         msum[t] = (const int16_t *)(row + IL_MSUM(nb));
+        c[t] = (const int32_t *)(row + IL6_C(nb));
+        dx[t] = (const float *)(row + (q6 ? IL6_D(nb) : IL_D(nb)));
     }
     /* in memory: a group's products take 26 of the 32 registers */
     float acc[IL_NR][KQ_NT][8];
     memset(acc, 0, sizeof acc);
     __m256i s[IL_NR][KQ_NT][8], sm[IL_NR][KQ_NT][8];
-    const int gmins = nt > 1;
+    const int gmins = !q6 && nt > 1;
     for (int64_t b = 0; b < nb; b += 8) {
         const int k = nb - b < 8 ? (int)(nb - b) : 8;
         const __mmask8 lanes = (__mmask8)((1u << k) - 1);
         uint8_t mins[IL_NR][64];
-        for (int j = 0; j < k; j++)
-            il_block(nr, w, b + j, qs, bsums, nt, j, !gmins, s, sm, mins);
+        for (int j = 0; j < k; j++) {
+            if (q6)
+                il6_block(nr, w6, b + j, qs, c, nt, j, s);
+            else
+                il_block(nr, w, b + j, qs, bsums, nt, j, !gmins, s, sm, mins);
+        }
         /* a last group's lanes past it: defined values, added to nothing */
         for (int j = k; j < 8; j++)
             for (int r = 0; r < nr; r++) {
@@ -200,8 +310,8 @@ il_dot(int nr, int64_t n, const void *w_row, size_t row_bytes, const void *const
                     s[r][t][j] = sm[r][t][j] = _mm256_setzero_si256();
             }
         for (int r = 0; r < nr; r++) {
-            const __m256 dw = f16x8_first(&w[r][b].d, bb, lanes);
-            const __m256 dmw = f16x8_first(&w[r][b].dmin, bb, lanes);
+            const __m256 dw = f16x8_first(q6 ? &w6[r][b].d : &w[r][b].d, bb, lanes);
+            const __m256 dmw = q6 ? dw : f16x8_first(&w[r][b].dmin, bb, lanes);
             __m512i m0 = _mm512_setzero_si512(), m1 = m0;
             if (gmins) {
                 /* u16 unit (block j, min pair p) at 4j + p -> 8p + j, msum's */
@@ -213,8 +323,10 @@ il_dot(int nr, int64_t n, const void *w_row, size_t row_bytes, const void *const
                 m1 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(mp, 1));
             }
             for (int t = 0; t < nt; t++) {
-                __m256i si;
-                if (gmins) {
+                __m256i si = _mm256_setzero_si256();
+                if (q6) {
+                    /* no mins */
+                } else if (gmins) {
                     const int16_t *g = msum[t] + 8 * b;
                     si = fold512(
                         _mm512_add_epi32(_mm512_madd_epi16(m0, _mm512_loadu_si512(g)),
@@ -226,7 +338,8 @@ il_dot(int nr, int64_t n, const void *w_row, size_t row_bytes, const void *const
                 const __m256 d = _mm256_maskz_loadu_ps(lanes, dx[t] + b);
                 __m256 v = _mm256_mul_ps(_mm256_mul_ps(d, dw), sumf);
                 const __m256 u = _mm256_mul_ps(_mm256_mul_ps(d, dmw), _mm256_cvtepi32_ps(si));
-                v = _mm256_sub_ps(v, u);
+                if (!q6)
+                    v = _mm256_sub_ps(v, u);
                 const __m256 a = _mm256_loadu_ps(acc[r][t]);
                 _mm256_storeu_ps(acc[r][t], _mm256_mask_add_ps(a, lanes, a, v));
             }
@@ -240,20 +353,20 @@ il_dot(int nr, int64_t n, const void *w_row, size_t row_bytes, const void *const
 X86_ATTR float cw_dot_q4_k_il_avx512(int64_t n, const void *w_row, const void *xq)
 {
     float r;
-    il_dot(1, n, w_row, 0, &xq, 1, &r);
+    il_dot(0, 1, n, w_row, 0, &xq, 1, &r);
     return r;
 }
 
 X86_ATTR void cw_dot4_q4_k_il_avx512(int64_t n, const void *w_row, const void *const *xq,
                                      float *out)
 {
-    il_dot(1, n, w_row, 0, xq, 4, out);
+    il_dot(0, 1, n, w_row, 0, xq, 4, out);
 }
 
 X86_ATTR void cw_dot8_q4_k_il_avx512(int64_t n, const void *w_row, const void *const *xq,
                                      float *out)
 {
-    il_dot(1, n, w_row, 0, xq, 8, out);
+    il_dot(0, 1, n, w_row, 0, xq, 8, out);
 }
 
 /* Two weight rows a pass: each x register serves both, which halves the
@@ -262,7 +375,32 @@ X86_ATTR void cw_dot8_q4_k_il_avx512(int64_t n, const void *w_row, const void *c
 X86_ATTR void cw_dot8x2_q4_k_il_avx512(int64_t n, const void *w_row, size_t row_bytes,
                                        const void *const *xq, float *out)
 {
-    il_dot(2, n, w_row, row_bytes, xq, 8, out);
+    il_dot(0, 2, n, w_row, row_bytes, xq, 8, out);
+}
+
+X86_ATTR float cw_dot_q6_k_il_avx512(int64_t n, const void *w_row, const void *xq)
+{
+    float r;
+    il_dot(1, 1, n, w_row, 0, &xq, 1, &r);
+    return r;
+}
+
+X86_ATTR void cw_dot4_q6_k_il_avx512(int64_t n, const void *w_row, const void *const *xq,
+                                     float *out)
+{
+    il_dot(1, 1, n, w_row, 0, xq, 4, out);
+}
+
+X86_ATTR void cw_dot8_q6_k_il_avx512(int64_t n, const void *w_row, const void *const *xq,
+                                     float *out)
+{
+    il_dot(1, 1, n, w_row, 0, xq, 8, out);
+}
+
+X86_ATTR void cw_dot8x2_q6_k_il_avx512(int64_t n, const void *w_row, size_t row_bytes,
+                                       const void *const *xq, float *out)
+{
+    il_dot(1, 2, n, w_row, row_bytes, xq, 8, out);
 }
 
 #endif

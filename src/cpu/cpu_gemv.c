@@ -28,9 +28,13 @@ struct type_ops {
 };
 
 #if defined(__x86_64__) || defined(__i386__)
-static const struct cw_cpu_prompt q4_k_prompt_avx512 = {
-    cw_q4k_il_act_bytes,    cw_q4k_il_quantize,       cw_dot_q4_k_il_avx512,
-    cw_dot4_q4_k_il_avx512, cw_dot8_q4_k_il_avx512, cw_dot8x2_q4_k_il_avx512};
+#define PROMPT_AVX512(name)                                                          \
+    static const struct cw_cpu_prompt name##_prompt_avx512 = {                      \
+        cw_##name##_il_act_bytes,  cw_##name##_il_quantize,    cw_dot_##name##_il_avx512, \
+        cw_dot4_##name##_il_avx512, cw_dot8_##name##_il_avx512, cw_dot8x2_##name##_il_avx512};
+PROMPT_AVX512(q4_k)
+PROMPT_AVX512(q6_k)
+#undef PROMPT_AVX512
 #endif
 
 static const struct type_ops type_ops[CW_TYPE_COUNT] = {
@@ -59,7 +63,8 @@ static const struct type_ops type_ops[CW_TYPE_COUNT] = {
     [CW_TYPE_Q6_K] = {.act = CW_TYPE_Q8_K, .ref = cw_dot_q6_k_ref,
                       .avx2 = X86(cw_dot_q6_k_avx2), .avx2_4 = X86(cw_dot4_q6_k_avx2),
                       .avx512 = X86(cw_dot_q6_k_avx512), .avx512_4 = X86(cw_dot4_q6_k_avx512),
-                      .avx512_8 = X86(cw_dot8_q6_k_avx512)},
+                      .avx512_8 = X86(cw_dot8_q6_k_avx512),
+                      .avx512_prompt = X86(&q6_k_prompt_avx512)},
     [CW_TYPE_IQ4_XS] = {.act = CW_TYPE_Q8_K, .ref = cw_dot_iq4_xs_ref,
                         .avx2 = X86(cw_dot_iq4_xs_avx2), .avx2_4 = X86(cw_dot4_iq4_xs_avx2)},
 };
