@@ -248,7 +248,7 @@ static void test_random_blocks(void)
 /* The prompt kernels, where this CPU has them: rows of 1 to 25 blocks
  * (whole groups of 8 and a last group of fewer), random blocks (every
  * pattern of the 6-bit scales and mins) and quantised ones, 1, 4 and 8
- * activation rows a call against one weight row, 8 against two: each
+ * activation rows a call against one weight row, 4 and 8 against two: each
  * result the scalar vec_dot's on the plain row, bit for bit. */
 static void test_prompt_kernels(void)
 {
@@ -307,6 +307,13 @@ static void test_prompt_kernels(void)
                     same &= !memcmp(want, got, sizeof want);
                     calls++;
                 }
+                if (pk->dot4x2) {
+                    float got4[8];
+                    pk->dot4x2(n, wq, rb, xs + 4, got4);
+                    for (int i = 0; i < 8; i++)
+                        same &= !memcmp(&want[(i / 4) * 8 + 4 + i % 4], &got4[i], sizeof(float));
+                    calls++;
+                }
             }
         }
         ok(sizes, "%s: prompt rows are whole cache lines, never shorter than plain ones",
@@ -358,16 +365,17 @@ static void test_matmul(enum cw_qtype t, struct cw_pool pools[3], int64_t n_tok)
     free(w), free(x), free(wq), free(scratch), free(y1), free(xq);
 }
 
-static void test_matmul_id(enum cw_qtype t, struct cw_pool *pool)
+static void test_matmul_id(enum cw_qtype t, struct cw_pool *pool, int which)
 {
     const char *name = cw_qtype_name(t);
-    int64_t n_in = size_for(t, 0), n_out = 19, n_exp = 5, n_used = 3, n_tok = 8;
+    int64_t n_in = size_for(t, which), n_out = 19, n_exp = 5, n_used = 3, n_tok = 8;
     size_t rb = cw_qtype_row_bytes(t, n_in), stride = rb * n_out;
     float *w = malloc(n_in * n_out * n_exp * sizeof(float));
     char *wq = malloc(stride * n_exp);
     fill(w, n_in * n_out * n_exp);
     quant_weights(t, w, wq, n_out * n_exp, n_in);
-    /* expert 2 takes 13 pairs (eight, four and one a pass), expert 0 four */
+    /* expert 2 takes 13 pairs (a pass of eight, then five: four and one, or
+     * eight padded), expert 0 four, 1, 3 and 4 two */
     int32_t ids[24] = {2, 0, 4, 4, 1, 2, 0, 2, -1, 3, 2, 1, 2, 2, 0, 2, 2, 3,
                        2, 2, 0, 2, 2, 2};
     float *x = malloc(n_in * n_tok * n_used * sizeof(float));
@@ -390,8 +398,8 @@ static void test_matmul_id(enum cw_qtype t, struct cw_pool *pool)
                 same &= !memcmp(&want, &y[p * n_out + o], sizeof(float));
             }
         }
-        ok(same, "%s: matmul_id (x per %s) == direct vec_dot, skipped slot untouched", name,
-           per_slot ? "slot" : "token");
+        ok(same, "%s: matmul_id (x per %s, %d wide) == direct vec_dot, skipped slot untouched",
+           name, per_slot ? "slot" : "token", (int)n_in);
     }
     free(w), free(wq), free(x), free(y), free(scratch), free(xq);
 }
@@ -554,7 +562,8 @@ int main(void)
         test_vec_dot(types[i]);
         for (int k = 0; k < 4; k++)
             test_matmul(types[i], pools, (const int64_t[]){13, 15, 14, 11}[k]);
-        test_matmul_id(types[i], &pools[1]);
+        for (int which = 0; which < 2; which++)
+            test_matmul_id(types[i], &pools[1], which); /* short rows; the prompt kernels' */
     }
     test_matmuls(pools);
     ok(!cw_cpu_supports(CW_TYPE_IQ2_XXS) && cw_cpu_act_bytes(CW_TYPE_IQ2_XXS, 256) == 0 &&

@@ -184,6 +184,8 @@ CW_DOTN_DECL(cw_dot8_q6_k_avx512)
     CW_DOT_DECL(cw_dot_##name##_il_avx512)                                              \
     CW_DOTN_DECL(cw_dot4_##name##_il_avx512)                                            \
     CW_DOTN_DECL(cw_dot8_##name##_il_avx512)                                            \
+    void cw_dot4x2_##name##_il_avx512(int64_t n, const void *w_row, size_t row_bytes, \
+                                      const void *const *xq, float *out);              \
     void cw_dot8x2_##name##_il_avx512(int64_t n, const void *w_row, size_t row_bytes, \
                                       const void *const *xq, float *out);
 CW_IL_DECL(q4_k)

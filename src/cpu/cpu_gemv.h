@@ -73,14 +73,18 @@ cw_vec_dotn_fn cw_cpu_vec_dotn_fn(enum cw_qtype wtype, enum cw_cpu_isa isa, int 
  * a multiple of 64, never fewer than cw_cpu_act_bytes; rows 64-byte aligned)
  * and multiply with these. Each result has the bits of the type's vec_dot
  * on the plain row. */
+/* Weight rows w_row and w_row + row_bytes against 4 (8) activation rows:
+ * out[r*4 + t] (out[r*8 + t]). */
+typedef void (*cw_vec_dotn2_fn)(int64_t n, const void *w_row, size_t row_bytes,
+                                const void *const *xq, float *out);
+
 struct cw_cpu_prompt {
+    int64_t min_n; /* shorter rows take the row kernels: fewer fixed costs */
     size_t (*act_bytes)(int64_t n);
     void (*quantize)(const float *x, void *xq, int64_t n);
     cw_vec_dot_fn dot;
     cw_vec_dotn_fn dot4, dot8;
-    /* rows w_row and w_row + row_bytes against 8 activation rows: out[r*8 + t] */
-    void (*dot8x2)(int64_t n, const void *w_row, size_t row_bytes, const void *const *xq,
-                   float *out);
+    cw_vec_dotn2_fn dot4x2, dot8x2;
 };
 
 /* NULL where the type has none at this level (its row kernels serve
