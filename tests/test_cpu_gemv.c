@@ -248,7 +248,9 @@ static void test_random_blocks(void)
 /* The prompt kernels, where this CPU has them: rows of 1 to 25 blocks
  * (whole groups of 8 and a last group of fewer), random blocks (every
  * pattern of the 6-bit scales and mins) and quantised ones, 1, 4 and 8
- * activation rows a call against one weight row, 4 and 8 against two: each
+ * activation rows a call against one weight row, 4 and 8 against two,
+ * activations with a zero block and the largest magnitude twice, signs
+ * apart (either sign gives these bits: qs and d both flip): each
  * result the scalar vec_dot's on the plain row, bit for bit. */
 static void test_prompt_kernels(void)
 {
@@ -285,6 +287,12 @@ static void test_prompt_kernels(void)
                 const void *xs[8];
                 for (int i = 0; i < 8; i++) {
                     fill(x, n);
+                    if (i == rep) { /* a zero block; the largest magnitude twice, signs apart */
+                        memset(x, 0, tr->block_elems * sizeof(float));
+                        /* 16 apart or more, or within 16 (one register) */
+                        x[rep % 2 ? n - 13 : n - 200] = rep % 4 < 2 ? 1000.0f : -1000.0f;
+                        x[n - 3] = rep % 4 < 2 ? -1000.0f : 1000.0f;
+                    }
                     cw_cpu_quantize_act(t, x, plain + i * ab, n);
                     pk->quantize(x, il + i * ib, n);
                     xs[i] = il + i * ib;
