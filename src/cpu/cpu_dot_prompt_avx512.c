@@ -286,8 +286,9 @@ il6_block(int nr, const struct cw_block_q6_k *const *w, int64_t b, const int8_t 
 }
 
 /* A last group of up to IL_TAIL blocks goes block by block: per row and
- * token of 8, in cache, 512-wide q4_K rows 11.0 -> 9.9 ns (a masked group's
- * fixed costs), 5120-wide (a last group of 4) 44.6 -> 47.9 the other way. */
+ * token of 8, in cache, 512-wide q4_K rows 9.3 -> 6.1 ns (a masked group's
+ * fixed costs; one token's float steps at a time cost more); a last group
+ * of 4 (1024- and 5120-wide) or 7 (1792) the same or better masked. */
 #define IL_TAIL 3
 
 /* The f16 at byte 0 of the first k of eight blocks `stride` bytes apart;
@@ -336,28 +337,61 @@ il_dot(int q6, int nr, int64_t n, const void *w_row, size_t row_bytes, const voi
     }
     /* in memory: a group's products take 26 of the 32 registers */
     float acc[IL_NR][KQ_NT][8];
-    memset(acc, 0, sizeof acc);
+    for (int r = 0; r < nr; r++) /* only these: 512-wide, one token 24 -> 18 ns */
+        memset(acc[r], 0, sizeof acc[r][0] * (size_t)nt);
     __m256i s[IL_NR][KQ_NT][8], sm[IL_NR][KQ_NT][8];
     const int gmins = !q6 && nt > 1;
     for (int64_t b = 0; b < nb; b += 8) {
         const int k = nb - b < 8 ? (int)(nb - b) : 8;
-        if (k <= IL_TAIL) {
-            /* a short last group block by block, as the row kernels' tail */
+        if (k <= IL_TAIL && nt == 1) {
+            /* a short last group of one token block by block */
             for (int j = 0; j < k; j++) {
                 if (q6)
                     il6_block(nr, w6, b + j, qs, c, nt, 0, s);
                 else
                     il_block(nr, w, b + j, qs, bsums, nt, 0, 1, s, sm, NULL);
-                for (int r = 0; r < nr; r++)
-                    for (int t = 0; t < nt; t++) {
-                        float *a = &acc[r][t][j];
-                        const int32_t si = hsum_i32(s[r][t][0]);
-                        if (q6)
-                            *a = cw_comb1(*a, dx[t][b + j], h2f(w6[r][b + j].d), si);
-                        else
-                            *a = cw_comb_min(*a, dx[t][b + j], h2f(w[r][b + j].d),
-                                             h2f(w[r][b + j].dmin), si, hsum_i32(sm[r][t][0]));
+                for (int r = 0; r < nr; r++) {
+                    float *a = &acc[r][0][j];
+                    const int32_t si = hsum_i32(s[r][0][0]);
+                    if (q6)
+                        *a = cw_comb1(*a, dx[0][b + j], h2f(w6[r][b + j].d), si);
+                    else
+                        *a = cw_comb_min(*a, dx[0][b + j], h2f(w[r][b + j].d),
+                                         h2f(w[r][b + j].dmin), si, hsum_i32(sm[r][0][0]));
+                }
+            }
+            break;
+        }
+        if (k <= IL_TAIL) {
+            /* of several, block by block, the float steps with the tokens in
+             * the lanes (the same operations on the same values) */
+            for (int j = 0; j < k; j++) {
+                if (q6)
+                    il6_block(nr, w6, b + j, qs, c, nt, 0, s);
+                else
+                    il_block(nr, w, b + j, qs, bsums, nt, 0, 1, s, sm, NULL);
+                float xd[8] = {0};
+                for (int t = 0; t < nt; t++)
+                    xd[t] = dx[t][b + j];
+                const __m256 d = _mm256_loadu_ps(xd);
+                for (int r = 0; r < nr; r++) {
+                    __m256i sv[8], mv[8];
+                    for (int t = 0; t < 8; t++) {
+                        sv[t] = t < nt ? s[r][t][0] : _mm256_setzero_si256();
+                        mv[t] = t < nt && !q6 ? sm[r][t][0] : _mm256_setzero_si256();
                     }
+                    const float dw = h2f(q6 ? w6[r][b + j].d : w[r][b + j].d);
+                    __m256 v = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(dw)),
+                                             _mm256_cvtepi32_ps(hsum8x8(sv)));
+                    if (!q6) {
+                        const __m256 dm = _mm256_mul_ps(d, _mm256_set1_ps(h2f(w[r][b + j].dmin)));
+                        v = _mm256_sub_ps(v, _mm256_mul_ps(dm, _mm256_cvtepi32_ps(hsum8x8(mv))));
+                    }
+                    float vt[8];
+                    _mm256_storeu_ps(vt, v);
+                    for (int t = 0; t < nt; t++)
+                        acc[r][t][j] += vt[t];
+                }
             }
             break;
         }

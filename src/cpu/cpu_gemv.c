@@ -28,16 +28,13 @@ struct type_ops {
 };
 
 #if defined(__x86_64__) || defined(__i386__)
-/* min_n: per row and token of 8, in cache, q4_K rows of 4 blocks 15.5 ns
- * with the row kernel and 13.7 with the prompt kernel, of 3 blocks 11.9 and
- * 12.6; q6_K rows of 5 blocks 16.0 and 13.8, of 4 blocks 12.2 and 12.8 */
-#define PROMPT_AVX512(name, min_n)                                                        \
+#define PROMPT_AVX512(name)                                                               \
     static const struct cw_cpu_prompt name##_prompt_avx512 = {                           \
-        min_n, cw_##name##_il_act_bytes, cw_##name##_il_quantize, cw_dot_##name##_il_avx512, \
+        cw_##name##_il_act_bytes,   cw_##name##_il_quantize,    cw_dot_##name##_il_avx512, \
         cw_dot4_##name##_il_avx512, cw_dot8_##name##_il_avx512, cw_dot4x2_##name##_il_avx512, \
         cw_dot8x2_##name##_il_avx512};
-PROMPT_AVX512(q4_k, 4 * CW_QK_K)
-PROMPT_AVX512(q6_k, 5 * CW_QK_K)
+PROMPT_AVX512(q4_k)
+PROMPT_AVX512(q6_k)
 #undef PROMPT_AVX512
 #endif
 
@@ -452,8 +449,6 @@ static size_t plan(struct mm_ctx *c, const struct cw_cpu_mm *ops, int n_ops, int
         if (cw_cpu_vec_dot_type(o->wtype) == CW_TYPE_F32)
             continue;
         const struct cw_cpu_prompt *pk = n_tok > 1 ? cw_cpu_prompt_kernels(o->wtype, isa) : NULL;
-        if (pk && n_in < pk->min_n)
-            pk = NULL;
         if (pk) {
             o->act_bytes = pk->act_bytes(n_in);
             o->dot = pk->dot;

@@ -79,7 +79,6 @@ typedef void (*cw_vec_dotn2_fn)(int64_t n, const void *w_row, size_t row_bytes,
                                 const void *const *xq, float *out);
 
 struct cw_cpu_prompt {
-    int64_t min_n; /* shorter rows take the row kernels: fewer fixed costs */
     size_t (*act_bytes)(int64_t n);
     void (*quantize)(const float *x, void *xq, int64_t n);
     cw_vec_dot_fn dot;
