@@ -40,10 +40,11 @@
 #define IL_MSUM(nb) (292 * (nb))
 #define IL_NB8(nb) (((nb) + 7) / 8 * 8)
 
-/* One Q8_K block of x[0..256), the bits of cw_quant_row_q8_k (gguf/), eight
- * times faster: the same float operations lane by lane (the scale from the
- * first element of the largest magnitude, -127/max, rounding by the same
- * 1.5·2^23 addition, values truncated to 8 bits as the scalar cast does). */
+/* One Q8_K block of x[0..256), the bits of cw_quant_row_q8_k (gguf/): the
+ * same float operations lane by lane (the scale from the first element of
+ * the largest magnitude, -127/max, rounding by the same 1.5·2^23 addition,
+ * values truncated to 8 bits as the scalar cast does). With the reorder
+ * into a layout, 512 rows of 5120 on one thread: 7.7 -> 2.0 ms. */
 X86_ATTR static void quant_block_q8_k(const float *x, struct cw_block_q8_k *y)
 {
     const __m512i absm = _mm512_set1_epi32(0x7fffffff);
@@ -259,8 +260,10 @@ il6_block(int nr, const struct cw_block_q6_k *const *w, int64_t b, const int8_t 
         }
         /* 4 x 4 dword transposes in each 128-bit lane: dword k of lane l of
          * q[m] (sub-block 4m + l's group k) to dword m of lane l of tk[k] */
-        const __m512i t0 = _mm512_unpacklo_epi32(q[0], q[1]), t1 = _mm512_unpackhi_epi32(q[0], q[1]);
-        const __m512i t2 = _mm512_unpacklo_epi32(q[2], q[3]), t3 = _mm512_unpackhi_epi32(q[2], q[3]);
+        const __m512i t0 = _mm512_unpacklo_epi32(q[0], q[1]);
+        const __m512i t1 = _mm512_unpackhi_epi32(q[0], q[1]);
+        const __m512i t2 = _mm512_unpacklo_epi32(q[2], q[3]);
+        const __m512i t3 = _mm512_unpackhi_epi32(q[2], q[3]);
         tk[r][0] = _mm512_unpacklo_epi64(t0, t2);
         tk[r][1] = _mm512_unpackhi_epi64(t0, t2);
         tk[r][2] = _mm512_unpacklo_epi64(t1, t3);
@@ -337,7 +340,7 @@ il_dot(int q6, int nr, int64_t n, const void *w_row, size_t row_bytes, const voi
     }
     /* in memory: a group's products take 26 of the 32 registers */
     float acc[IL_NR][KQ_NT][8];
-    for (int r = 0; r < nr; r++) /* only these: 512-wide, one token 24 -> 18 ns */
+    for (int r = 0; r < nr; r++) /* only these: 512-wide, one token 27 -> 18.5 ns */
         memset(acc[r], 0, sizeof acc[r][0] * (size_t)nt);
     __m256i s[IL_NR][KQ_NT][8], sm[IL_NR][KQ_NT][8];
     const int gmins = !q6 && nt > 1;
