@@ -156,11 +156,42 @@ X86_ATTR static inline __m256i fold512(__m512i v)
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
 
+#define IL_NR 2 /* weight rows a pass, at most */
+
+/* Block b's products of nr weight rows, their values ordered in tk[r] and
+ * their sub-block scales in sc[r] (a lane each), and nt activation rows
+ * (values at qs[t]): s[r][t][j] = the 8 x i32 partials of Σ scale·q·x,
+ * each sum starting at 0 or, with start, at start[t]'s block b. Each x
+ * register is loaded once for the nr rows, aligned: gcc folds an aligned
+ * load into vpdpbusd or loads it again, where it spills an unaligned one to
+ * the stack (two rows: 26 registers live; 6144-wide rows 53 -> 46 ns a row
+ * and token). */
+X86_ATTR __attribute__((always_inline)) static inline void
+il_products(int nr, __m512i (*tk)[4], const __m512i *sc, const int8_t *const *qs,
+            const int32_t *const *start, int64_t b, int nt, int j, __m256i (*s)[KQ_NT][8])
+{
+    __m512i acc[IL_NR][KQ_NT];
+    for (int t = 0; t < nt; t++) {
+        const __m512i c0 = start ? _mm512_load_si512(start[t] + 16 * b) : _mm512_setzero_si512();
+        const __m512i x = _mm512_load_si512(qs[t] + 256 * b);
+        for (int r = 0; r < nr; r++)
+            acc[r][t] = _mm512_dpbusd_epi32(c0, tk[r][0], x);
+    }
+    for (int k = 1; k < 4; k++)
+        for (int t = 0; t < nt; t++) {
+            const __m512i x = _mm512_load_si512(qs[t] + 256 * b + 64 * k);
+            for (int r = 0; r < nr; r++)
+                acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], tk[r][k], x);
+        }
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++)
+            s[r][t][j] = fold512(_mm512_mullo_epi32(acc[r][t], sc[r]));
+}
+
 /* Super-block b of nr weight rows (nr <= IL_NR; row r at w[r]) against nt
  * activation rows (their values at qs[t], bsums at bsums[t]): s[r][t][j]
  * (8 x i32 partials of Σ scale·q·x). With bmins, also the block's min sums
  * sm[r][t][j] from the bsums; else row r's 8 mins go to mins[r][8j..8j+8). */
-#define IL_NR 2
 X86_ATTR __attribute__((always_inline)) static inline void
 il_block(int nr, const struct cw_block_q4_k *const *w, int64_t b, const int8_t *const *qs,
          const int16_t *const *bsums, int nt, int j, int bmins, __m256i (*s)[KQ_NT][8],
@@ -204,25 +235,7 @@ il_block(int nr, const struct cw_block_q4_k *const *w, int64_t b, const int8_t *
         tk[r][2] = _mm512_unpacklo_epi64(l23, h23);
         tk[r][3] = _mm512_unpackhi_epi64(l23, h23);
     }
-    /* each x register is loaded once for the nr weight rows, aligned: gcc
-     * folds an aligned load into vpdpbusd or loads it again, where it
-     * spills an unaligned one to the stack (two rows: 26 registers live;
-     * 6144-wide rows 53 -> 46 ns a row and token) */
-    __m512i acc[IL_NR][KQ_NT];
-    for (int t = 0; t < nt; t++) {
-        const __m512i x = _mm512_load_si512(qs[t] + 256 * b);
-        for (int r = 0; r < nr; r++)
-            acc[r][t] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), tk[r][0], x);
-    }
-    for (int k = 1; k < 4; k++)
-        for (int t = 0; t < nt; t++) {
-            const __m512i x = _mm512_load_si512(qs[t] + 256 * b + 64 * k);
-            for (int r = 0; r < nr; r++)
-                acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], tk[r][k], x);
-        }
-    for (int r = 0; r < nr; r++)
-        for (int t = 0; t < nt; t++)
-            s[r][t][j] = fold512(_mm512_mullo_epi32(acc[r][t], sc[r]));
+    il_products(nr, tk, sc, qs, NULL, b, nt, j, s);
 }
 
 /* Super-block b of nr Q6_K weight rows against nt activation rows (values
@@ -270,22 +283,7 @@ il6_block(int nr, const struct cw_block_q6_k *const *w, int64_t b, const int8_t 
         tk[r][3] = _mm512_unpackhi_epi64(t1, t3);
     }
     /* the sums start at -32·bsum: exact, and no correction after */
-    __m512i acc[IL_NR][KQ_NT];
-    for (int t = 0; t < nt; t++) {
-        const __m512i c0 = _mm512_load_si512(c[t] + 16 * b);
-        const __m512i x = _mm512_load_si512(qs[t] + 256 * b);
-        for (int r = 0; r < nr; r++)
-            acc[r][t] = _mm512_dpbusd_epi32(c0, tk[r][0], x);
-    }
-    for (int k = 1; k < 4; k++)
-        for (int t = 0; t < nt; t++) {
-            const __m512i x = _mm512_load_si512(qs[t] + 256 * b + 64 * k);
-            for (int r = 0; r < nr; r++)
-                acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], tk[r][k], x);
-        }
-    for (int r = 0; r < nr; r++)
-        for (int t = 0; t < nt; t++)
-            s[r][t][j] = fold512(_mm512_mullo_epi32(acc[r][t], sc[r]));
+    il_products(nr, tk, sc, qs, c, b, nt, j, s);
 }
 
 /* A last group of up to IL_TAIL blocks goes block by block: per row and
@@ -454,69 +452,40 @@ il_dot(int q6, int nr, int64_t n, const void *w_row, size_t row_bytes, const voi
             out[r * nt + t] = cw_reduce8(acc[r][t]);
 }
 
-X86_ATTR float cw_dot_q4_k_il_avx512(int64_t n, const void *w_row, const void *xq)
-{
-    float r;
-    il_dot(0, 1, n, w_row, 0, &xq, 1, &r);
-    return r;
-}
+/* A type's kernels: one weight row against 1, 4 or 8 activation rows, and
+ * two weight rows a pass against 4 or 8, where each x register serves both,
+ * which halves the activations' reads (from L2 once 8 rows of them outgrow
+ * L1: Q4_K, 6144-wide rows 57 -> 46 ns a row and token, 18432-wide 179 ->
+ * 131). */
+#define IL_KERNELS(name, q6)                                                               \
+    X86_ATTR float cw_dot_##name##_il_avx512(int64_t n, const void *w_row, const void *xq) \
+    {                                                                                      \
+        float r;                                                                           \
+        il_dot(q6, 1, n, w_row, 0, &xq, 1, &r);                                            \
+        return r;                                                                          \
+    }                                                                                      \
+    X86_ATTR void cw_dot4_##name##_il_avx512(int64_t n, const void *w_row,                 \
+                                             const void *const *xq, float *out)            \
+    {                                                                                      \
+        il_dot(q6, 1, n, w_row, 0, xq, 4, out);                                            \
+    }                                                                                      \
+    X86_ATTR void cw_dot8_##name##_il_avx512(int64_t n, const void *w_row,                 \
+                                             const void *const *xq, float *out)            \
+    {                                                                                      \
+        il_dot(q6, 1, n, w_row, 0, xq, 8, out);                                            \
+    }                                                                                      \
+    X86_ATTR void cw_dot4x2_##name##_il_avx512(int64_t n, const void *w_row, size_t row_bytes, \
+                                               const void *const *xq, float *out)          \
+    {                                                                                      \
+        il_dot(q6, 2, n, w_row, row_bytes, xq, 4, out);                                    \
+    }                                                                                      \
+    X86_ATTR void cw_dot8x2_##name##_il_avx512(int64_t n, const void *w_row, size_t row_bytes, \
+                                               const void *const *xq, float *out)          \
+    {                                                                                      \
+        il_dot(q6, 2, n, w_row, row_bytes, xq, 8, out);                                    \
+    }
 
-X86_ATTR void cw_dot4_q4_k_il_avx512(int64_t n, const void *w_row, const void *const *xq,
-                                     float *out)
-{
-    il_dot(0, 1, n, w_row, 0, xq, 4, out);
-}
-
-X86_ATTR void cw_dot8_q4_k_il_avx512(int64_t n, const void *w_row, const void *const *xq,
-                                     float *out)
-{
-    il_dot(0, 1, n, w_row, 0, xq, 8, out);
-}
-
-/* Two weight rows a pass: each x register serves both, which halves the
- * activations' reads (from L2 once 8 rows of them outgrow L1: 6144-wide
- * rows 57 -> 46 ns a row and token, 18432-wide 179 -> 131). */
-X86_ATTR void cw_dot4x2_q4_k_il_avx512(int64_t n, const void *w_row, size_t row_bytes,
-                                       const void *const *xq, float *out)
-{
-    il_dot(0, 2, n, w_row, row_bytes, xq, 4, out);
-}
-
-X86_ATTR void cw_dot8x2_q4_k_il_avx512(int64_t n, const void *w_row, size_t row_bytes,
-                                       const void *const *xq, float *out)
-{
-    il_dot(0, 2, n, w_row, row_bytes, xq, 8, out);
-}
-
-X86_ATTR float cw_dot_q6_k_il_avx512(int64_t n, const void *w_row, const void *xq)
-{
-    float r;
-    il_dot(1, 1, n, w_row, 0, &xq, 1, &r);
-    return r;
-}
-
-X86_ATTR void cw_dot4_q6_k_il_avx512(int64_t n, const void *w_row, const void *const *xq,
-                                     float *out)
-{
-    il_dot(1, 1, n, w_row, 0, xq, 4, out);
-}
-
-X86_ATTR void cw_dot8_q6_k_il_avx512(int64_t n, const void *w_row, const void *const *xq,
-                                     float *out)
-{
-    il_dot(1, 1, n, w_row, 0, xq, 8, out);
-}
-
-X86_ATTR void cw_dot4x2_q6_k_il_avx512(int64_t n, const void *w_row, size_t row_bytes,
-                                       const void *const *xq, float *out)
-{
-    il_dot(1, 2, n, w_row, row_bytes, xq, 4, out);
-}
-
-X86_ATTR void cw_dot8x2_q6_k_il_avx512(int64_t n, const void *w_row, size_t row_bytes,
-                                       const void *const *xq, float *out)
-{
-    il_dot(1, 2, n, w_row, row_bytes, xq, 8, out);
-}
+IL_KERNELS(q4_k, 0)
+IL_KERNELS(q6_k, 1)
 
 #endif
