@@ -67,17 +67,17 @@ cw_vec_dot_fn cw_cpu_vec_dot_fn(enum cw_qtype wtype, enum cw_cpu_isa isa);
  * NULL where it has none (the matmuls then take fewer rows a pass). */
 cw_vec_dotn_fn cw_cpu_vec_dotn_fn(enum cw_qtype wtype, enum cw_cpu_isa isa, int rows);
 
-/* A type's prompt kernels at a level: where it has kernels that read their
- * activations in a layout of their own (AVX-512 Q4_K: cpu_dot_prompt_avx512.c),
- * products of several tokens quantise x into that layout (act_bytes a row,
- * a multiple of 64, never fewer than cw_cpu_act_bytes; rows 64-byte aligned)
- * and multiply with these. Each result has the bits of the type's vec_dot
- * on the plain row. */
 /* Weight rows w_row and w_row + row_bytes against 4 (8) activation rows:
  * out[r*4 + t] (out[r*8 + t]). */
 typedef void (*cw_vec_dotn2_fn)(int64_t n, const void *w_row, size_t row_bytes,
                                 const void *const *xq, float *out);
 
+/* A type's prompt kernels at a level: where it has kernels that read their
+ * activations in a layout of their own (AVX-512 Q4_K and Q6_K:
+ * cpu_dot_prompt_avx512.c), products of several tokens quantise x into that
+ * layout (act_bytes a row, a multiple of 64, never fewer than
+ * cw_cpu_act_bytes; rows 64-byte aligned) and multiply with these. Each
+ * result has the bits of the type's vec_dot on the plain row. */
 struct cw_cpu_prompt {
     size_t (*act_bytes)(int64_t n);
     void (*quantize)(const float *x, void *xq, int64_t n);
