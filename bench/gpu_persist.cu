@@ -13,10 +13,11 @@
  * where a product streams weights of 144 bytes per 256 (q4_K's bytes: 128
  * of nibbles, 8 f16 scales) against int8 x with one scale per 256 (dp4a),
  * in cwen's flat form: a block owns a range of rows, its 8 or 16 warps take
- * 32-unit chunks in turn through a two-stage cp.async ring (the first two
- * asked for before the wait), each lane one unit into a slot, then the
- * rows summed in order; Q quantises y to int8 (one warp per 256), the scale
- * normalised so that values stay finite over any depth.
+ * 32-unit chunks in turn through a two-stage cp.async ring (both stages
+ * asked for before the wait; cwen's ask for the first), each lane one unit
+ * into a slot, then the rows summed in order; Q quantises y to int8 (one
+ * warp per 256), the scale normalised so that values stay finite over any
+ * depth.
  *
  * Variants, each captured as one CUDA graph:
  *   launches   every step its own launch, PDL (griddepcontrol) between
