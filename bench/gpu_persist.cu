@@ -485,19 +485,31 @@ static void measure(chain &c, int G, const char *v, uint64_t *ref, int reps, int
     CK(cudaStreamDestroy(st));
 }
 
+/* a whole decimal argument, or -1 */
+static long arg_int(const char *a)
+{
+    char *end;
+    const long v = strtol(a, &end, 10);
+    return end != a && !*end ? v : -1;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    const int layers = argc > 1 ? atoi(argv[1]) : 64;
+    const long layers = argc > 1 ? arg_int(argv[1]) : 64;
+    const long light = argc > 2 ? arg_int(argv[2]) : 0;
+    if (argc > 3 || layers < 1 || layers > 256 || (light != 0 && light != 1)) {
+        fprintf(stderr, "usage: %s [layers (1-256, default 64) [light (0 or 1)]]\n", argv[0]);
+        return 2;
+    }
     int nsm = 0;
     CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
-    chain c = build(layers);
+    chain c = build((int)layers);
     CK(cudaDeviceSynchronize());
-    printf("%d layers, %.2f GB of weights, %d multiprocessors\n", layers, c.bytes / 1e9, nsm);
+    printf("%ld layers, %.2f GB of weights, %d multiprocessors\n", layers, c.bytes / 1e9, nsm);
     const char *vs[] = {"launches", "nopdl", "ffn", "layer", "whole", "launches"};
     /* the outputs depend on neither the grid nor the warps (a row's slots
      * are summed in order wherever it lies): one reference for all */
-    const int light = argc > 2 ? atoi(argv[2]) : 0;
     uint64_t ref = 0;
     for (const char *v : vs)
         measure<8>(c, 2 * nsm, v, &ref, 5, light);
