@@ -350,6 +350,7 @@ static void layout(struct cw_cuda_model *M, struct cw_bseq *s, struct bump *b)
             continue;
         s->layers[il].conv = (float *)take(b, conv);
         s->layers[il].delta = (float *)take(b, delta);
+        s->layers[il].count = (unsigned *)take(b, hp->ssm_n_k_heads * sizeof(unsigned));
     }
     s->state_bytes = b->off;
     for (uint32_t il = 0; il < hp->n_layer; il++) {
@@ -540,6 +541,7 @@ extern "C" int cw_backend_open_cuda(struct cw_backend **out, const struct cw_qwe
     M->use_graph = !env_is("CWEN_CUDA_GRAPH", "0");
     M->verbose = env_is("CWEN_CUDA_VERBOSE", "1");
     M->fold_xq = !env_is("CWEN_CUDA_FOLD_XQ", "0");
+    M->core1 = !env_is("CWEN_CUDA_CORE1", "0");
     if (visit_all(check_type, NULL, &M->dw, err) || cw_cuda_open(&M->c, o->device, err) ||
         upload_weights(M, err)) {
         cuda_close(&M->base);

@@ -53,23 +53,49 @@ static __device__ __forceinline__ void cw_pdl_launch_dependents(void)
 }
 
 /* Launches kernel k on stream s, with the programmatic-serialisation
- * attribute when pdl (the kernel then keeps the contract above); returns
- * the launch's error. */
+ * attribute when pdl (the kernel then keeps the contract above) and in
+ * clusters of cx blocks where cx > 1; returns the launch's error. */
 template <typename... P, typename... A>
-static cudaError_t cw_launch(cudaStream_t s, bool pdl, void (*k)(P...), dim3 grid, dim3 block,
-                             size_t smem, A... args)
+static cudaError_t cw_launch_cfg(cudaStream_t s, bool pdl, unsigned cx, void (*k)(P...),
+                                 dim3 grid, dim3 block, size_t smem, A... args)
 {
     cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute at[2];
+    unsigned n = 0;
+    if (pdl) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cx > 1) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = cx;
+        at[n].val.clusterDim.y = 1;
+        at[n++].val.clusterDim.z = 1;
+    }
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, k, ((P)args)...);
+}
+
+/* cw_launch_cfg without clusters. */
+template <typename... P, typename... A>
+static cudaError_t cw_launch(cudaStream_t s, bool pdl, void (*k)(P...), dim3 grid, dim3 block,
+                             size_t smem, A... args)
+{
+    return cw_launch_cfg(s, pdl, 1, k, grid, block, smem, args...);
+}
+
+/* cw_launch in clusters of cx blocks along x (sm_90+; grid.x a multiple of
+ * cx). */
+template <typename... P, typename... A>
+static cudaError_t cw_launch_cluster(cudaStream_t s, bool pdl, unsigned cx, void (*k)(P...),
+                                     dim3 grid, dim3 block, size_t smem, A... args)
+{
+    return cw_launch_cfg(s, pdl, cx, k, grid, block, smem, args...);
 }
 
 /* Turns a failed CUDA runtime call into a cw_err with file:line; returns -1. */

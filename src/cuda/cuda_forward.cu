@@ -161,8 +161,8 @@ static int deltanet(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_
     const struct cw_k_mat Wo = cw_cuda_mat(&l->out);
     void *xq = M->fold_xq ? dn_xq(M, s, &d, &Wo, n) : NULL;
     const struct cw_k_xq_out xo = {xq, Wo.type};
-    if (cw_k_deltanet(M->c, &d, &w, st->conv, st->delta, n, s->m, s->z, s->beta, s->alpha, s->y,
-                      xq ? &xo : NULL, s->scratch, err))
+    if (cw_k_deltanet(M->c, &d, &w, st->conv, st->delta, M->core1 ? st->count : NULL, n, s->m,
+                      s->z, s->beta, s->alpha, s->y, xq ? &xo : NULL, s->scratch, err))
         return -1;
     return mm_add_norm(M, s, &l->out, s->y, l->out.ne[0], n, NULL, nx, xq, err);
 }

@@ -26,6 +26,7 @@ struct cw_cuda_model {
     bool use_graph;  /* CWEN_CUDA_GRAPH=0 turns the decode graph off (diagnostic) */
     bool verbose;    /* CWEN_CUDA_VERBOSE=1: sizes, upload time, kernels per token */
     bool fold_xq;    /* CWEN_CUDA_FOLD_XQ=0: the DeltaNet core leaves ssm_out's x to it */
+    bool core1;      /* CWEN_CUDA_CORE1=0: a one-token DeltaNet core in two launches */
 };
 
 /* One layer's slice of a sequence's state (device). */
@@ -33,6 +34,7 @@ struct cw_cuda_layer_state {
     cw_f16 *k, *v;  /* attention: [n_ctx_max][Hkv*hd] */
     float *conv;    /* DeltaNet: [C][d_conv-1] */
     float *delta;   /* DeltaNet: [Hv][dv][dk] */
+    unsigned *count; /* DeltaNet: [Hk] the one-token core's counters (kernels.h) */
 };
 
 struct cw_bseq {
@@ -42,7 +44,7 @@ struct cw_bseq {
     struct cw_cuda_layer_state mtp;
     void *arena; /* one device allocation for everything below and the state above */
     size_t arena_bytes;
-    size_t state_bytes; /* the prefix of the arena zeroed by reset: conv + delta */
+    size_t state_bytes; /* the prefix of the arena zeroed by reset: conv, delta, count */
     /* work buffers, [chunk][width] rows */
     float *h, *x, *hn, *cat, *hprev;
     float *P, *k, *v, *ao;

@@ -23,6 +23,10 @@
  * Each load moved before the wait took one dependent L2 round trip off the
  * chain of launches (H200 35B decode, with the MoE's flat gate/up: 404 ->
  * 426.7 tok/s; 27B 136.1 -> 140.9; the same bits).
+ * One token on sm_90 with the state's counters (d_count), dv = 128, Hv even:
+ * core1_kernel does both in one launch, clusters of blocks per pair of
+ * v-heads (the same bits; H100: 35B tg128 +0.9% and +1.6% in two calls,
+ * the 27B within ±0.5%).
  * Every value a token produces is computed by the same thread mapping and
  * reduction order whatever the chunk, slice or n_tok, so n tokens in one
  * call and n single-token calls give bit-identical outputs and state.
@@ -74,6 +78,8 @@
  * 1.97 at 512 and 2.33 at 2048 tokens; chunked 0.44 and 0.40. The chunked
  * call costs ~85 µs up to ~64 tokens, so it breaks even with the sequential
  * path near 48 tokens (slower at 32, faster from 64). */
+#include <cooperative_groups.h>
+
 #include "cuda/cuda_common.cuh"
 #include "cuda/k_quant.cuh" /* kq_xq_block: y's Q8_K copy */
 #include "cuda/kernels.h"
@@ -156,6 +162,17 @@ static __device__ __forceinline__ void dn_warp_sums(float (&v)[DN_CPW])
             v[c] += __shfl_xor_sync(0xffffffffu, v[c], o);
 }
 
+/* A token's gates for a head: β = σ(β logit) into *b, the decay
+ * e^(softplus(α + dt_bias)·A) into *d (softplus as the CPU). */
+static __device__ __forceinline__ void dn_gates(float bl, float al, float dtb, float sa,
+                                                float *b, float *d)
+{
+    *b = cw_dev_sigmoid(bl);
+    const float x = al + dtb;
+    const float sp = x > 20.0f ? x : logf(1.0f + expf(x));
+    *d = expf(sp * sa);
+}
+
 /* Staged channels a thread of recur_kernel takes in one token's conv
  * (2 dk + DN_COLS of them over the block's threads). */
 #define DN_CPT ((2 * 32 * DN_MAXR + DN_COLS + DN_WARPS * 32 - 1) / (DN_WARPS * 32))
@@ -171,6 +188,143 @@ static __device__ __forceinline__ int64_t dn_stage_ch(const dn_args &a, int ci, 
     if (ci < 2 * a.dk)
         return k_ch + (ci - a.dk);
     return j0 + (ci - 2 * a.dk) < a.dv ? v_ch + (ci - 2 * a.dk) : -1;
+}
+
+/* A warp's DN_CPW columns of S from column jw on (S_h[i][j] at j*dk + i, key
+ * i = lane + 32 r), zero past dv and dk; store: back. */
+template <bool STORE>
+static __device__ __forceinline__ void dn_cols(const dn_args &a, int h, int jw, int lane,
+                                               float (&S)[DN_CPW][DN_MAXR])
+{
+    float *Sh = a.delta + (int64_t)h * a.dv * a.dk;
+#pragma unroll
+    for (int c = 0; c < DN_CPW; c++) {
+        const int j = jw + c;
+#pragma unroll
+        for (int r = 0; r < DN_MAXR; r++) {
+            const int i = lane + 32 * r;
+            if (STORE) {
+                if (j < a.dv && i < a.dk)
+                    Sh[(int64_t)j * a.dk + i] = S[c][r];
+            } else {
+                S[c][r] = (j < a.dv && i < a.dk) ? Sh[(int64_t)j * a.dk + i] : 0.0f;
+            }
+        }
+    }
+}
+
+/* One-token forms: this thread's staged channels (ci = threadIdx.x + j·NT
+ * below n_ch, NT threads a block), their conv taps and their inputs from
+ * the conv state (weights, and state last written launches ago). */
+template <int CPT, int NT>
+static __device__ __forceinline__ void dn_d1_taps(const dn_args &a, int n_ch, int64_t q_ch,
+                                                  int64_t k_ch, int64_t v_ch, int j0,
+                                                  int64_t (&cch)[CPT],
+                                                  float (&cwt)[CPT][DN_D1_CONV],
+                                                  float (&cst)[CPT][DN_D1_CONV])
+{
+    const int ns = a.nconv - 1;
+#pragma unroll
+    for (int j = 0; j < CPT; j++) {
+        const int ci = threadIdx.x + j * NT;
+        cch[j] = ci < n_ch ? dn_stage_ch(a, ci, q_ch, k_ch, v_ch, j0) : -1;
+#pragma unroll
+        for (int k = 0; k < DN_D1_CONV; k++) {
+            const bool on = cch[j] >= 0 && k < a.nconv;
+            cwt[j][k] = on ? a.conv_w[cch[j] * a.nconv + k] : 0.0f;
+            cst[j][k] = on && k < ns ? a.conv_state[cch[j] * ns + k] : 0.0f;
+        }
+    }
+}
+
+/* One-token forms, after the wait: the projection's outputs this thread
+ * reads, m of its staged channels and (thread 0) head h's gate inputs. */
+template <int CPT>
+static __device__ __forceinline__ void dn_d1_inputs(const dn_args &a, int h,
+                                                    const int64_t (&cch)[CPT], float (&mv)[CPT],
+                                                    float &bl, float &al)
+{
+#pragma unroll
+    for (int j = 0; j < CPT; j++)
+        mv[j] = cch[j] >= 0 ? a.m[cch[j]] : 0.0f;
+    bl = al = 0.0f;
+    if (threadIdx.x == 0)
+        bl = a.beta_logit[h], al = a.alpha[h];
+}
+
+/* The one-token conv's taps over the state inputs (dn_conv's order, oldest
+ * first) of this thread's staged channels: their sums pre and the last
+ * tap wl, which takes m. */
+template <int CPT>
+static __device__ __forceinline__ void dn_d1_pre(const dn_args &a,
+                                                 const float (&cwt)[CPT][DN_D1_CONV],
+                                                 const float (&cst)[CPT][DN_D1_CONV],
+                                                 float (&pre)[CPT], float (&wl)[CPT])
+{
+    const int ns = a.nconv - 1;
+#pragma unroll
+    for (int j = 0; j < CPT; j++) {
+        pre[j] = 0.0f, wl[j] = cwt[j][0];
+#pragma unroll
+        for (int k = 0; k < DN_D1_CONV; k++) {
+            if (k < ns)
+                pre[j] = fmaf(cst[j][k], cwt[j][k], pre[j]);
+            if (k == ns)
+                wl[j] = cwt[j][k];
+        }
+    }
+}
+
+/* The one-token conv + SiLU of this thread's staged channels into s_u[ci]
+ * (NT threads a block): dn_d1_pre's sums, then m's tap. */
+template <int CPT, int NT>
+static __device__ __forceinline__ void dn_d1_conv(const int64_t (&cch)[CPT],
+                                                  const float (&pre)[CPT],
+                                                  const float (&wl)[CPT],
+                                                  const float (&mv)[CPT], float *s_u)
+{
+#pragma unroll
+    for (int j = 0; j < CPT; j++)
+        if (cch[j] >= 0)
+            s_u[threadIdx.x + j * NT] = dn_silu(fmaf(mv[j], wl[j], pre[j]));
+}
+
+/* One token of the recurrence on a warp's columns jl0.. (local to the
+ * staged v slice of u: q̂ | k̂ | v): decay, r_j = Σ_i S[i][j] k̂_i, the
+ * delta update, then o_j = Σ_i S[i][j] q̂_i (unscaled) in every lane. */
+static __device__ __forceinline__ void dn_step(float (&S)[DN_CPW][DN_MAXR], const float *u,
+                                               int dk, int jl0, bool (&von)[DN_CPW], float b,
+                                               float decay, int lane, float (&acc)[DN_CPW])
+{
+    float q[DN_MAXR], k[DN_MAXR];
+#pragma unroll
+    for (int r = 0; r < DN_MAXR; r++) {
+        const int i = lane + 32 * r;
+        q[r] = i < dk ? u[i] : 0.0f;
+        k[r] = i < dk ? u[dk + i] : 0.0f;
+    }
+#pragma unroll
+    for (int c = 0; c < DN_CPW; c++) {
+        acc[c] = 0.0f;
+#pragma unroll
+        for (int r = 0; r < DN_MAXR; r++) {
+            S[c][r] *= decay;
+            acc[c] = fmaf(S[c][r], k[r], acc[c]);
+        }
+    }
+    dn_warp_sums(acc); // r_j = Σ_i S[i][j] k̂_i
+#pragma unroll
+    for (int c = 0; c < DN_CPW; c++) {
+        const float vj = von[c] ? u[2 * dk + jl0 + c] : 0.0f;
+        const float delta = (vj - acc[c]) * b;
+        acc[c] = 0.0f;
+#pragma unroll
+        for (int r = 0; r < DN_MAXR; r++) {
+            S[c][r] = fmaf(k[r], delta, S[c][r]);
+            acc[c] = fmaf(S[c][r], q[r], acc[c]);
+        }
+    }
+    dn_warp_sums(acc); // o_j = Σ_i S[i][j] q̂_i
 }
 
 /* D1: one token (decode) with at most DN_D1_CONV taps: the conv's weights,
@@ -191,36 +345,19 @@ static __global__ void __launch_bounds__(DN_WARPS * 32) recur_kernel(dn_args a)
     float *s_b = sm + DN_CHUNK * n_ch;       // [DN_CHUNK] beta
     float *s_d = s_b + DN_CHUNK;             // [DN_CHUNK] decay e^g
 
-    // This warp's columns of S (S_h[i][j] at j*dk + i), key i = lane + 32 r.
     float S[DN_CPW][DN_MAXR];
-    float *Sh = a.delta + (int64_t)h * dv * dk;
+    dn_cols<false>(a, h, j0 + warp * DN_CPW, lane, S);
+    bool von[DN_CPW];
 #pragma unroll
-    for (int c = 0; c < DN_CPW; c++) {
-        const int j = j0 + warp * DN_CPW + c;
-#pragma unroll
-        for (int r = 0; r < DN_MAXR; r++) {
-            const int i = lane + 32 * r;
-            S[c][r] = (j < dv && i < dk) ? Sh[(int64_t)j * dk + i] : 0.0f;
-        }
-    }
+    for (int c = 0; c < DN_CPW; c++)
+        von[c] = j0 + warp * DN_CPW + c < dv;
     const int64_t q_ch = (int64_t)kh * dk, k_ch = (int64_t)a.hk * dk + (int64_t)kh * dk;
     const int64_t v_ch = 2 * (int64_t)a.hk * dk + (int64_t)h * dv + j0;
     float cwt[DN_CPT][DN_D1_CONV], cst[DN_CPT][DN_D1_CONV]; /* D1: taps, state inputs */
     int64_t cch[DN_CPT];
     float dtb = 0.0f, sa = 0.0f;
-    const int ns = a.nconv - 1;
     if constexpr (D1) {
-#pragma unroll
-        for (int j = 0; j < DN_CPT; j++) {
-            const int ci = threadIdx.x + j * DN_WARPS * 32;
-            cch[j] = ci < n_ch ? dn_stage_ch(a, ci, q_ch, k_ch, v_ch, j0) : -1;
-#pragma unroll
-            for (int k = 0; k < DN_D1_CONV; k++) {
-                const bool on = cch[j] >= 0 && k < a.nconv;
-                cwt[j][k] = on ? a.conv_w[cch[j] * a.nconv + k] : 0.0f;
-                cst[j][k] = on && k < ns ? a.conv_state[cch[j] * ns + k] : 0.0f;
-            }
-        }
+        dn_d1_taps<DN_CPT, DN_WARPS * 32>(a, n_ch, q_ch, k_ch, v_ch, j0, cch, cwt, cst);
         if (threadIdx.x == 0)
             dtb = a.dt_bias[h], sa = a.ssm_a[h];
     }
@@ -237,34 +374,13 @@ static __global__ void __launch_bounds__(DN_WARPS * 32) recur_kernel(dn_args a)
         const int nt = (int)min((int64_t)DN_CHUNK, a.n_tok - t0);
         // 1. conv + SiLU of the staged channels, and the gates.
         if constexpr (D1) {
-            float mv[DN_CPT];
-#pragma unroll
-            for (int j = 0; j < DN_CPT; j++)
-                mv[j] = cch[j] >= 0 ? a.m[cch[j]] : 0.0f;
-            float bl = 0.0f, al = 0.0f;
+            float mv[DN_CPT], bl, al;
+            dn_d1_inputs(a, h, cch, mv, bl, al);
+            float pre[DN_CPT], wl[DN_CPT];
+            dn_d1_pre(a, cwt, cst, pre, wl);
+            dn_d1_conv<DN_CPT, DN_WARPS * 32>(cch, pre, wl, mv, s_u);
             if (threadIdx.x == 0)
-                bl = a.beta_logit[h], al = a.alpha[h];
-#pragma unroll
-            for (int j = 0; j < DN_CPT; j++) {
-                if (cch[j] < 0)
-                    continue;
-                /* dn_conv's taps, oldest first */
-                float acc = 0.0f, wl = cwt[j][0];
-#pragma unroll
-                for (int k = 0; k < DN_D1_CONV; k++) {
-                    if (k < ns)
-                        acc = fmaf(cst[j][k], cwt[j][k], acc);
-                    if (k == ns)
-                        wl = cwt[j][k];
-                }
-                s_u[threadIdx.x + j * DN_WARPS * 32] = dn_silu(fmaf(mv[j], wl, acc));
-            }
-            if (threadIdx.x == 0) {
-                s_b[0] = cw_dev_sigmoid(bl);
-                const float x = al + dtb;
-                const float sp = x > 20.0f ? x : logf(1.0f + expf(x)); // softplus as the CPU
-                s_d[0] = expf(sp * sa);
-            }
+                dn_gates(bl, al, dtb, sa, s_b, s_d);
         } else {
         for (int idx = threadIdx.x; idx < nt * n_ch; idx += blockDim.x) {
             const int tt = idx / n_ch, ci = idx - tt * n_ch;
@@ -275,10 +391,7 @@ static __global__ void __launch_bounds__(DN_WARPS * 32) recur_kernel(dn_args a)
         }
         for (int tt = threadIdx.x; tt < nt; tt += blockDim.x) {
             const int64_t r = (t0 + tt) * a.hv + h;
-            s_b[tt] = cw_dev_sigmoid(a.beta_logit[r]);
-            const float x = a.alpha[r] + a.dt_bias[h];
-            const float sp = x > 20.0f ? x : logf(1.0f + expf(x)); // softplus as the CPU
-            s_d[tt] = expf(sp * a.ssm_a[h]);
+            dn_gates(a.beta_logit[r], a.alpha[r], a.dt_bias[h], a.ssm_a[h], s_b + tt, s_d + tt);
         }
         }
         __syncthreads(); // staged conv outputs complete before the norms read them
@@ -292,39 +405,8 @@ static __global__ void __launch_bounds__(DN_WARPS * 32) recur_kernel(dn_args a)
         // 3. the recurrence, token by token; each warp owns its columns, so
         //    no barrier is needed between tokens.
         for (int tt = 0; tt < nt; tt++) {
-            const float *u = s_u + tt * n_ch;
-            float q[DN_MAXR], k[DN_MAXR];
-#pragma unroll
-            for (int r = 0; r < DN_MAXR; r++) {
-                const int i = lane + 32 * r;
-                q[r] = i < dk ? u[i] : 0.0f;
-                k[r] = i < dk ? u[dk + i] : 0.0f;
-            }
-            const float b = s_b[tt], decay = s_d[tt];
             float acc[DN_CPW];
-#pragma unroll
-            for (int c = 0; c < DN_CPW; c++) {
-                acc[c] = 0.0f;
-#pragma unroll
-                for (int r = 0; r < DN_MAXR; r++) {
-                    S[c][r] *= decay;
-                    acc[c] = fmaf(S[c][r], k[r], acc[c]);
-                }
-            }
-            dn_warp_sums(acc); // r_j = Σ_i S[i][j] k̂_i
-#pragma unroll
-            for (int c = 0; c < DN_CPW; c++) {
-                const int jl = warp * DN_CPW + c;
-                const float vj = j0 + jl < dv ? u[2 * dk + jl] : 0.0f;
-                const float delta = (vj - acc[c]) * b;
-                acc[c] = 0.0f;
-#pragma unroll
-                for (int r = 0; r < DN_MAXR; r++) {
-                    S[c][r] = fmaf(k[r], delta, S[c][r]);
-                    acc[c] = fmaf(S[c][r], q[r], acc[c]);
-                }
-            }
-            dn_warp_sums(acc); // o_j = Σ_i S[i][j] q̂_i
+            dn_step(S, s_u + tt * n_ch, dk, warp * DN_CPW, von, s_b[tt], s_d[tt], lane, acc);
             float *o = a.y + (t0 + tt) * (int64_t)a.hv * dv + (int64_t)h * dv + j0;
 #pragma unroll
             for (int c = 0; c < DN_CPW; c++) {
@@ -335,16 +417,7 @@ static __global__ void __launch_bounds__(DN_WARPS * 32) recur_kernel(dn_args a)
         }
         __syncthreads(); // every warp done with the chunk before it is overwritten
     }
-#pragma unroll
-    for (int c = 0; c < DN_CPW; c++) {
-        const int j = j0 + warp * DN_CPW + c;
-#pragma unroll
-        for (int r = 0; r < DN_MAXR; r++) {
-            const int i = lane + 32 * r;
-            if (j < dv && i < dk)
-                Sh[(int64_t)j * dk + i] = S[c][r];
-        }
-    }
+    dn_cols<true>(a, h, j0 + warp * DN_CPW, lane, S);
 }
 
 /* The conv-state shift of DN_NORM_THREADS channels (block blockIdx.x - first
@@ -407,6 +480,23 @@ static __global__ void __launch_bounds__(DN_NORM_THREADS) norm_kernel(dn_args a)
         o[i] = o[i] * s * a.norm[i] * dn_silu(z[i]);
 }
 
+/* Pair p's 256 normed values (ys, shared memory, written and synchronised)
+ * as block p of the token's Q8_K copy in T's layout, by the block's first
+ * warp (kq_xq_block). */
+template <class T>
+static __device__ __forceinline__ void dn_pair_xq(const dn_args &a, const float *ys, int64_t p,
+                                                  uint8_t *xq)
+{
+    if (threadIdx.x < 32) {
+        const int nb = a.hv * DN_NORM_THREADS / 256, half = a.hv / 2;
+        const int64_t t = p / half;
+        const float4 *q = (const float4 *)(ys + 8 * threadIdx.x);
+        const float4 lo = q[0], hi = q[1];
+        float vv[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        kq_xq_block<T>(vv, (int)t, (int)(p - t * half), nb, kq_xq_bytes(nb), xq, NULL);
+    }
+}
+
 /* norm_kernel for rows of dv = DN_NORM_THREADS (the models' 128), two
  * v-heads a block, which also writes the pair's 256 values of y as block p
  * of the token's Q8_K copy in T's layout (kq_xq_block) for the product
@@ -442,15 +532,146 @@ static __global__ void __launch_bounds__(2 * DN_NORM_THREADS) norm_xq_kernel(dn_
     o[e] = v;
     ys[threadIdx.x] = v;
     __syncthreads();
-    if (threadIdx.x < 32) {
-        const int nb = a.hv * DN_NORM_THREADS / 256, half = a.hv / 2;
-        const int64_t t = (int64_t)blockIdx.x / half;
-        const float4 *p = (const float4 *)(ys + 8 * threadIdx.x);
-        const float4 lo = p[0], hi = p[1];
-        float vv[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-        kq_xq_block<T>(vv, (int)t, (int)((int64_t)blockIdx.x - t * half), nb, kq_xq_bytes(nb),
-                       xq, NULL);
+    dn_pair_xq<T>(a, ys, blockIdx.x, xq);
+}
+
+/* ---- one token as one launch (sm_90 clusters) ---------------------------- */
+
+/* core1_kernel: recur_kernel<true> and then norm_kernel (XQ false) or
+ * norm_xq_kernel (XQ) as one launch, for dv = DN_NORM_THREADS and Hv even:
+ * a cluster of DF_CLUSTER blocks per pair of v-heads, DF_COLS state columns
+ * a block. Each block runs its columns' recurrence as recur_kernel does
+ * (the same warps' sums over the same values) and puts o into the shared
+ * memory of the cluster's first block, which after the cluster's barrier
+ * runs the pair's gated norms (and Q8_K block) as the norm kernels do, on
+ * 256 threads: the same bits, one launch boundary and y's round trip
+ * through L2 fewer a layer.
+ * The conv-state shift, which the norm launch did once the recurrence had
+ * read the state: each block shifts its own v channels; the q and k
+ * channels of a k-head are read by every block of its v-heads, so each of
+ * those counts itself in at count[kh] once its reads are in (before the
+ * PDL wait), and the last one in shifts them and sets the count back to 0
+ * for the next call. */
+#define DF_WARPS 8
+#define DF_THREADS (DF_WARPS * 32)
+#define DF_COLS (DF_WARPS * DN_CPW)         /* state columns a block: 32 */
+#define DF_HEAD (DN_NORM_THREADS / DF_COLS) /* blocks a v-head: 4 */
+#define DF_CLUSTER (2 * DF_HEAD)            /* a pair of v-heads: 8 */
+#define DF_CH (2 * 32 * DN_MAXR + DF_COLS)  /* staged channels at most */
+#define DF_CPT ((DF_CH + DF_THREADS - 1) / DF_THREADS)
+
+/* Adds 1 to *c (GPU scope); the old value. Relaxed: a block counts itself
+ * in only once its reads of the conv state have returned (its threads have
+ * summed them before the barrier ahead of the count), and the last block's
+ * writes are issued only once its count has come back; an acquire-release
+ * count (which also holds the block's later loads behind it) ran the 27B
+ * 0.4% slower (H100). */
+static __device__ __forceinline__ unsigned dn_count_in(unsigned *c)
+{
+    unsigned old;
+    asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(c) : "memory");
+    return old;
+}
+
+template <class T, bool XQ>
+static __global__ void __launch_bounds__(DF_THREADS)
+    core1_kernel(dn_args a, unsigned *count, uint8_t *xq)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    __shared__ float s_u[DF_CH];                         /* q̂ | k̂ | v slice */
+    __shared__ __align__(16) float ys[2 * DN_NORM_THREADS]; /* first block: the pair's o, y */
+    __shared__ float s_part[2 * DN_NORM_THREADS / 32];
+    __shared__ float s_b[1], s_d[1];
+    __shared__ int s_last;
+    cg::cluster_group cl = cg::this_cluster();
+    const int rank = (int)cl.block_rank(), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t pair = blockIdx.x / DF_CLUSTER;
+    const int h = 2 * (int)pair + rank / DF_HEAD, kh = h % a.hk, dk = a.dk, ns = a.nconv - 1;
+    const int j0 = (rank % DF_HEAD) * DF_COLS, n_ch = 2 * dk + DF_COLS;
+    float S[DN_CPW][DN_MAXR];
+    dn_cols<false>(a, h, j0 + warp * DN_CPW, lane, S);
+    bool von[DN_CPW];
+#pragma unroll
+    for (int c = 0; c < DN_CPW; c++)
+        von[c] = true; /* dv = 128: every column is one */
+    const int64_t q_ch = (int64_t)kh * dk, k_ch = (int64_t)a.hk * dk + (int64_t)kh * dk;
+    const int64_t v_ch = 2 * (int64_t)a.hk * dk + (int64_t)h * a.dv + j0;
+    float cwt[DF_CPT][DN_D1_CONV], cst[DF_CPT][DN_D1_CONV];
+    int64_t cch[DF_CPT];
+    dn_d1_taps<DF_CPT, DF_THREADS>(a, n_ch, q_ch, k_ch, v_ch, j0, cch, cwt, cst);
+    float dtb = 0.0f, sa = 0.0f;
+    if (threadIdx.x == 0)
+        dtb = a.dt_bias[h], sa = a.ssm_a[h];
+    const int e = threadIdx.x % DN_NORM_THREADS;
+    const float w1 = rank == 0 ? a.norm[e] : 0.0f;
+    float pre[DF_CPT], wl[DF_CPT];
+    dn_d1_pre(a, cwt, cst, pre, wl);
+    __syncthreads(); /* the block's reads of the conv state are in (summed) */
+    unsigned old = 0;
+    if (threadIdx.x == 0)
+        old = dn_count_in(count + kh);
+    cw_pdl_wait();
+    cw_pdl_launch_dependents();
+    if (threadIdx.x == 0) /* after the wait: the count's round trip overlaps it */
+        s_last = old == (unsigned)(a.hv / a.hk * DF_HEAD) - 1;
+    float mv[DF_CPT], bl, al;
+    dn_d1_inputs(a, h, cch, mv, bl, al);
+    /* the pair's rows of z, one value a thread (token 0) */
+    const float z1 = rank == 0 ? a.z[pair * 2 * DN_NORM_THREADS + threadIdx.x] : 0.0f;
+    dn_d1_conv<DF_CPT, DF_THREADS>(cch, pre, wl, mv, s_u);
+    if (threadIdx.x == 0)
+        dn_gates(bl, al, dtb, sa, s_b, s_d);
+    __syncthreads(); /* s_u, the gates and s_last are in */
+    /* the shift: [state | m]'s last ns inputs */
+    const bool last = s_last;
+#pragma unroll
+    for (int j = 0; j < DF_CPT; j++) {
+        const int ci = threadIdx.x + j * DF_THREADS;
+        if (cch[j] < 0 || (ci < 2 * dk && !last))
+            continue;
+#pragma unroll
+        for (int k = 0; k < DN_D1_CONV; k++)
+            if (k < ns)
+                a.conv_state[cch[j] * ns + k] = k + 1 < ns ? cst[j][k + 1] : mv[j];
     }
+    if (last && threadIdx.x == 0)
+        count[kh] = 0;
+    if (warp < 2)
+        dn_qk_norm(s_u + warp * dk, dk, a.eps, lane);
+    __syncthreads(); /* q̂, k̂ */
+    float acc[DN_CPW];
+    dn_step(S, s_u, dk, warp * DN_CPW, von, s_b[0], s_d[0], lane, acc);
+    dn_cols<true>(a, h, j0 + warp * DN_CPW, lane, S);
+    const float scale = 1.0f / sqrtf((float)dk);
+    float *o = cl.map_shared_rank(ys, 0) + (rank / DF_HEAD) * DN_NORM_THREADS + j0;
+#pragma unroll
+    for (int c = 0; c < DN_CPW; c++)
+        if (lane == c)
+            o[warp * DN_CPW + c] = acc[c] * scale;
+    cl.sync(); /* the pair's o in the first block */
+    if (rank != 0)
+        return;
+    /* norm_xq_kernel's (norm_kernel's) gated norms of the two rows */
+    constexpr int NW = DN_NORM_THREADS / 32;
+    const int hh = threadIdx.x / DN_NORM_THREADS;
+    const float ov = ys[threadIdx.x];
+    const float ss = cw_warp_sum(fmaf(ov, ov, 0.0f));
+    if (lane == 0)
+        s_part[warp] = ss;
+    __syncthreads(); /* the per-warp partial sums are in shared memory */
+    float tot = 0.0f;
+    for (int w = 0; w < NW; w++) /* fixed order */
+        tot += s_part[NW * hh + w];
+    const float s = 1.0f / sqrtf(tot / (float)DN_NORM_THREADS + a.eps);
+    const float v = ov * s * w1 * dn_silu(z1);
+    a.y[pair * 2 * DN_NORM_THREADS + threadIdx.x] = v;
+    if constexpr (XQ) {
+        ys[threadIdx.x] = v;
+        __syncthreads();
+        dn_pair_xq<T>(a, ys, pair, xq);
+    }
+#endif
 }
 
 /* ---- the chunked path ------------------------------------------------------ */
@@ -980,11 +1201,12 @@ static int dc_run(struct cw_cuda *c, const dn_args &a, void *d_scratch, struct c
 namespace {
 struct norm_xq_pick {
     void (*k)(dn_args, uint8_t *);
+    void (*k1)(dn_args, unsigned *, uint8_t *);
     template <class T>
     int go()
     {
         if constexpr (kq_q8k<T>::ON)
-            k = norm_xq_kernel<T>;
+            k = norm_xq_kernel<T>, k1 = core1_kernel<T, true>;
         return 0;
     }
 };
@@ -992,9 +1214,20 @@ struct norm_xq_pick {
 
 static void (*norm_xq_of(enum cw_qtype t))(dn_args, uint8_t *)
 {
-    norm_xq_pick f = {NULL};
+    norm_xq_pick f = {NULL, NULL};
     cw_k_dispatch(t, f);
     return f.k;
+}
+
+/* core1_kernel for y's copy in t's layout (NULL where there is none), or
+ * for no copy (t < 0). */
+static void (*core1_of(int t))(dn_args, unsigned *, uint8_t *)
+{
+    if (t < 0)
+        return core1_kernel<kt_q4_k, false>;
+    norm_xq_pick f = {NULL, NULL};
+    cw_k_dispatch((enum cw_qtype)t, f);
+    return f.k1;
 }
 
 bool cw_k_deltanet_xq(const struct cw_k_deltanet_dims *d, enum cw_qtype t)
@@ -1002,11 +1235,23 @@ bool cw_k_deltanet_xq(const struct cw_k_deltanet_dims *d, enum cw_qtype t)
     return d->d_v == DN_NORM_THREADS && d->n_v_head % 2 == 0 && norm_xq_of(t);
 }
 
+bool cw_k_deltanet_one_launch(const struct cw_cuda *c, const struct cw_k_deltanet_dims *d)
+{
+    if (d->d_conv > DN_D1_CONV || d->d_v != DN_NORM_THREADS || d->n_v_head % 2 ||
+        c->info.major < 9)
+        return false;
+    /* its body is compiled for sm_90 on: not where this binary runs PTX of
+     * an older one */
+    cudaFuncAttributes fa;
+    return cudaFuncGetAttributes(&fa, core1_kernel<kt_q4_k, false>) == cudaSuccess &&
+           fa.ptxVersion >= 90;
+}
+
 int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
                   const struct cw_k_deltanet_w *w, float *d_conv_state, float *d_delta_state,
-                  int64_t n_tok, const float *d_m, const float *d_z, const float *d_beta_logit,
-                  const float *d_alpha, float *d_y, const struct cw_k_xq_out *xq,
-                  void *d_scratch, struct cw_err *err)
+                  unsigned *d_count, int64_t n_tok, const float *d_m, const float *d_z,
+                  const float *d_beta_logit, const float *d_alpha, float *d_y,
+                  const struct cw_k_xq_out *xq, void *d_scratch, struct cw_err *err)
 {
     if (d->n_k_head <= 0 || d->n_v_head <= 0 || d->d_k <= 0 || d->d_v <= 0 || d->d_conv <= 0 ||
         d->n_v_head % d->n_k_head)
@@ -1043,6 +1288,14 @@ int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
     a.alpha = d_alpha;
     a.y = d_y;
 
+    if (d_count && n_tok == 1 && cw_k_deltanet_one_launch(c, d)) {
+        CW_CUDA_TRY(err, cw_launch_cluster(c->stream, c->pdl, DF_CLUSTER,
+                                           core1_of(xq ? (int)xq->type : -1),
+                                           dim3((unsigned)(a.hv / 2 * DF_CLUSTER)),
+                                           dim3(DF_THREADS), 0, a, d_count,
+                                           (uint8_t *)(xq ? xq->d_xq : NULL)));
+        return 0;
+    }
     if (d_scratch && dc_fits(d) && n_tok >= DC_MIN_TOK && dc_smem_ok(c, a)) {
         if (dc_run(c, a, d_scratch, err))
             return -1;

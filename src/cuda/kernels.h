@@ -268,6 +268,11 @@ struct cw_k_deltanet_w {
 /* The CPU's cw_deltanet_forward (cpu_deltanet.h: same inputs, same state
  * layout conv [C][d_conv-1], delta [Hv][dv][dk], same order of steps) for
  * n_tok consecutive tokens of one sequence; state updated in place.
+ * d_count: NULL, or n_k_head counters of this state, zero before the first
+ * call (they are again after each), with which a one-token call runs as one
+ * launch on sm_90 (the same bits); such a call reads the state before the
+ * launch before it has completed, so that launch must not be a call on
+ * the same state (in the forward it is the projection).
  * d_scratch: NULL, or cw_k_deltanet_scratch(d, n) bytes for some n >= n_tok.
  * Where that size is non-zero for n_tok (long calls, dk = dv = 128) and
  * d_scratch is given, the chunked path runs (the same function within the
@@ -277,9 +282,13 @@ struct cw_k_deltanet_w {
  * where y's Q8_K copy goes too (cw_k_deltanet_xq said yes). */
 int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
                   const struct cw_k_deltanet_w *w, float *d_conv_state, float *d_delta_state,
-                  int64_t n_tok, const float *d_m, const float *d_z, const float *d_beta_logit,
-                  const float *d_alpha, float *d_y, const struct cw_k_xq_out *xq,
-                  void *d_scratch, struct cw_err *err);
+                  unsigned *d_count, int64_t n_tok, const float *d_m, const float *d_z,
+                  const float *d_beta_logit, const float *d_alpha, float *d_y,
+                  const struct cw_k_xq_out *xq, void *d_scratch, struct cw_err *err);
+
+/* Whether a one-token cw_k_deltanet of these dims with d_count runs as one
+ * launch on c's device (dv = 128, Hv even, at most 4 conv taps, sm_90). */
+bool cw_k_deltanet_one_launch(const struct cw_cuda *c, const struct cw_k_deltanet_dims *d);
 
 /* Whether cw_k_deltanet of these dims writes y's Q8_K copy for a product
  * of weight type t (Q4_K, Q5_K, Q6_K; two v-heads of 128 per 256-block). */

@@ -10,7 +10,10 @@
  * second call from the first's state, correlated keys, 512 and 2048 tokens,
  * Hv/Hk = 2 and 3, and the same bits on a second run. At the 27B's widths,
  * the core writing y's Q8_K copy for ssm_out (cw_k_xq_out): y, the state
- * and that product bit-identical to the plain launches. CWEN_GPU_BENCH=1 adds
+ * and that product bit-identical to the plain launches. Decode steps with
+ * the state's counters (one launch a step on sm_90 at the models' dims):
+ * y and the state bit-identical to the two launches, the counters zero
+ * after, and the same for the 27B's Q8_K copy. CWEN_GPU_BENCH=1 adds
  * decode timings and prefill µs per token per layer, sequential vs chunked
  * (CUDA events, median).
  *
@@ -166,15 +169,17 @@ static void dn_free(struct cw_cuda *c, struct dn_case *k)
     cw_cuda_free(c, k->d_norm);
 }
 
-static int dn_run(struct cw_cuda *c, const struct dn_case *k, float *d_cs, float *d_ds, int64_t n,
-                  const float *d_m, const float *d_z, const float *d_b, const float *d_al,
-                  float *d_y, void *d_scr)
+/* d_cnt: the state's counters (one-token calls as one launch), or NULL */
+static int dn_run(struct cw_cuda *c, const struct dn_case *k, float *d_cs, float *d_ds,
+                  unsigned *d_cnt, int64_t n, const float *d_m, const float *d_z,
+                  const float *d_b, const float *d_al, float *d_y, void *d_scr)
 {
     struct cw_err err = {0};
     const struct cw_k_deltanet_dims kd = {k->d.n_k_head, k->d.n_v_head, k->d.d_k, k->d.d_v,
                                           k->d.d_conv, k->d.eps};
     const struct cw_k_deltanet_w w = {k->d_conv, k->d_dt, k->d_a, k->d_norm};
-    if (cw_k_deltanet(c, &kd, &w, d_cs, d_ds, n, d_m, d_z, d_b, d_al, d_y, NULL, d_scr, &err)) {
+    if (cw_k_deltanet(c, &kd, &w, d_cs, d_ds, d_cnt, n, d_m, d_z, d_b, d_al, d_y, NULL, d_scr,
+                      &err)) {
         printf("not ok - cw_k_deltanet: %s\n", err.msg);
         return -1;
     }
@@ -208,9 +213,9 @@ static void dn_check(struct cw_cuda *c, struct dn_case *k, const char *name, int
     cw_cuda_memset(c, d_cs, 0, (size_t)k->ns * sizeof(float), &e2);
     cw_cuda_memset(c, d_ds, 0, (size_t)k->nd * sizeof(float), &e2);
     poison(c, d_y, (size_t)(n * k->vd) * sizeof(float));
-    int rc = dn_run(c, k, d_cs, d_ds, n_pre, d_m, d_z, d_b, d_al, d_y, NULL);
+    int rc = dn_run(c, k, d_cs, d_ds, NULL, n_pre, d_m, d_z, d_b, d_al, d_y, NULL);
     for (int64_t t = n_pre; t < n && !rc; t++)
-        rc = dn_run(c, k, d_cs, d_ds, 1, d_m + t * k->C, d_z + t * k->vd, d_b + t * hv,
+        rc = dn_run(c, k, d_cs, d_ds, NULL, 1, d_m + t * k->C, d_z + t * k->vd, d_b + t * hv,
                     d_al + t * hv, d_y + t * k->vd, NULL);
     ok(!rc, "%s: launches", name);
     get(c, gy, d_y, (size_t)(n * k->vd) * sizeof(float));
@@ -233,7 +238,7 @@ static void dn_check(struct cw_cuda *c, struct dn_case *k, const char *name, int
         poison(c, d_y, (size_t)(n * k->vd) * sizeof(float));
         rc = 0;
         for (int64_t t = 0; t < n && !rc; t++)
-            rc = dn_run(c, k, d_cs, d_ds, 1, d_m + t * k->C, d_z + t * k->vd, d_b + t * hv,
+            rc = dn_run(c, k, d_cs, d_ds, NULL, 1, d_m + t * k->C, d_z + t * k->vd, d_b + t * hv,
                         d_al + t * hv, d_y + t * k->vd, NULL);
         get(c, gy1, d_y, (size_t)(n * k->vd) * sizeof(float));
         get(c, gcs1, d_cs, (size_t)k->ns * sizeof(float));
@@ -244,6 +249,48 @@ static void dn_check(struct cw_cuda *c, struct dn_case *k, const char *name, int
                !memcmp(gcs1, gcs, (size_t)k->ns * sizeof(float)),
            "%s: %lld single calls: state not bit-identical to one call", name, (long long)n);
         free(gy1), free(gcs1), free(gds1);
+    }
+
+    /* The decode steps again with the state's counters: one launch a step
+     * where the dims allow (sm_90); the same bits, the counters zero again.
+     * A memset between steps stands for the projection that precedes each
+     * core in the forward (kernels.h: not a call on the same state). */
+    if (n_dec > 0) {
+        float *gy1 = malloc((size_t)(n * k->vd) * sizeof *gy1);
+        float *gcs1 = malloc((size_t)k->ns * sizeof *gcs1);
+        float *gds1 = malloc((size_t)k->nd * sizeof *gds1);
+        const size_t nc = (size_t)k->d.n_k_head * sizeof(unsigned);
+        unsigned *d_cnt = dev(c, nc), *cnt = malloc(nc), *zero = calloc(1, nc);
+        void *d_gap = dev(c, 256);
+        cw_cuda_memset(c, d_cnt, 0, nc, &e2);
+        cw_cuda_memset(c, d_cs, 0, (size_t)k->ns * sizeof(float), &e2);
+        cw_cuda_memset(c, d_ds, 0, (size_t)k->nd * sizeof(float), &e2);
+        poison(c, d_y, (size_t)(n * k->vd) * sizeof(float));
+        rc = dn_run(c, k, d_cs, d_ds, d_cnt, n_pre, d_m, d_z, d_b, d_al, d_y, NULL);
+        for (int64_t t = n_pre; t < n && !rc; t++) {
+            cw_cuda_memset(c, d_gap, (int)t, 256, &e2);
+            rc = dn_run(c, k, d_cs, d_ds, d_cnt, 1, d_m + t * k->C, d_z + t * k->vd,
+                        d_b + t * hv, d_al + t * hv, d_y + t * k->vd, NULL);
+        }
+        get(c, gy1, d_y, (size_t)(n * k->vd) * sizeof(float));
+        get(c, gcs1, d_cs, (size_t)k->ns * sizeof(float));
+        get(c, gds1, d_ds, (size_t)k->nd * sizeof(float));
+        get(c, cnt, d_cnt, nc);
+        ok(!rc && !memcmp(gy1, gy, (size_t)(n * k->vd) * sizeof(float)) &&
+               !memcmp(gds1, gds, (size_t)k->nd * sizeof(float)) &&
+               !memcmp(gcs1, gcs, (size_t)k->ns * sizeof(float)),
+           "%s: %lld steps with the counters: y and state bit-identical", name, (long long)n_dec);
+        ok(!memcmp(cnt, zero, nc), "%s: the counters are zero after the steps", name);
+        const struct cw_k_deltanet_dims kd = {k->d.n_k_head, k->d.n_v_head, k->d.d_k,
+                                              k->d.d_v, k->d.d_conv, k->d.eps};
+        const bool one = cw_k_deltanet_one_launch(c, &kd);
+        /* the models' dims take it wherever the device has clusters */
+        ok(one == (cw_cuda_info(c)->major >= 9 && k->d.d_v == 128 && k->d.n_v_head % 2 == 0),
+           "%s: one launch a step: %d", name, one);
+        note("deltanet %-28s %lld steps with the counters: %s", name, (long long)n_dec,
+             one ? "one launch a step" : "two launches a step");
+        free(gy1), free(gcs1), free(gds1), free(cnt), free(zero);
+        cw_cuda_free(c, d_cnt), cw_cuda_free(c, d_gap);
     }
     cw_cuda_free(c, d_m), cw_cuda_free(c, d_z), cw_cuda_free(c, d_b), cw_cuda_free(c, d_al);
     cw_cuda_free(c, d_y), cw_cuda_free(c, d_cs), cw_cuda_free(c, d_ds);
@@ -264,9 +311,9 @@ static struct cw_k_deltanet_dims dn_kdims(const struct dn_case *k)
  * poisoned, so that the product can only have read the copy) or quantised
  * by the product itself (NULL). */
 static int dn_run_xq(struct cw_cuda *c, const struct dn_case *k, const struct cw_k_mat *W,
-                     int64_t n, const float *const *in, float *d_cs, float *d_ds, float *d_y,
-                     float *y, const struct cw_k_xq_out *xq, float *d_h, const float *h0,
-                     void *d_scr)
+                     int64_t n, const float *const *in, float *d_cs, float *d_ds,
+                     unsigned *d_cnt, float *d_y, float *y, const struct cw_k_xq_out *xq,
+                     float *d_h, const float *h0, void *d_scr)
 {
     struct cw_err e = {0};
     const struct cw_k_deltanet_dims kd = dn_kdims(k);
@@ -275,7 +322,8 @@ static int dn_run_xq(struct cw_cuda *c, const struct dn_case *k, const struct cw
     cw_cuda_memset(c, d_ds, 0, (size_t)k->nd * sizeof(float), &e);
     poison(c, d_y, (size_t)(n * k->vd) * sizeof(float));
     put(c, d_h, h0, (size_t)(n * W->n_out) * sizeof(float));
-    if (cw_k_deltanet(c, &kd, &w, d_cs, d_ds, n, in[0], in[1], in[2], in[3], d_y, xq, NULL, &e)) {
+    if (cw_k_deltanet(c, &kd, &w, d_cs, d_ds, d_cnt, n, in[0], in[1], in[2], in[3], d_y, xq,
+                      NULL, &e)) {
         printf("not ok - deltanet: %s\n", e.msg);
         return -1;
     }
@@ -322,12 +370,18 @@ static void dn_check_xq(struct cw_cuda *c, struct dn_case *k, const char *name, 
     float *d_cs = dev(c, (size_t)k->ns * sizeof(float)), *d_ds = dev(c, (size_t)k->nd * sizeof(float));
     void *d_scr = dev(c, cw_k_matmul_scratch(&W, n)), *d_xq = dev(c, per * (size_t)n);
     const struct cw_k_xq_out xo = {d_xq, type};
-    float *y[2], *h[2], *ds[2], *cs[2];
+    /* runs: the plain launches, the core's copy, the copy with the
+     * counters (one launch at one token) */
+    float *y[3], *h[3], *ds[3], *cs[3];
+    const size_t nc = (size_t)k->d.n_k_head * sizeof(unsigned);
+    unsigned *d_cnt = dev(c, nc);
+    cw_cuda_memset(c, d_cnt, 0, nc, &(struct cw_err){0});
     int rc = 0;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         y[i] = malloc((size_t)(n * k->vd) * sizeof(float)), h[i] = malloc((size_t)(n * R) * 4);
         ds[i] = malloc((size_t)k->nd * sizeof(float)), cs[i] = malloc((size_t)k->ns * sizeof(float));
-        rc |= dn_run_xq(c, k, &W, n, in, d_cs, d_ds, d_y, y[i], i ? &xo : NULL, d_h, h0, d_scr);
+        rc |= dn_run_xq(c, k, &W, n, in, d_cs, d_ds, i == 2 ? d_cnt : NULL, d_y, y[i],
+                        i ? &xo : NULL, d_h, h0, d_scr);
         get(c, h[i], d_h, (size_t)(n * R) * sizeof(float));
         get(c, ds[i], d_ds, (size_t)k->nd * sizeof(float));
         get(c, cs[i], d_cs, (size_t)k->ns * sizeof(float));
@@ -342,15 +396,22 @@ static void dn_check_xq(struct cw_cuda *c, struct dn_case *k, const char *name, 
            memcmp(h[0], h0, (size_t)(n * R) * sizeof(float)),
        "%s %s, %lld tokens: the product on the core's copy (y poisoned) bit-identical to its own", name,
        cw_qtype_name(type), (long long)n);
+    ok(!memcmp(y[0], y[2], (size_t)(n * k->vd) * sizeof(float)) &&
+           !memcmp(ds[0], ds[2], (size_t)k->nd * sizeof(float)) &&
+           !memcmp(cs[0], cs[2], (size_t)k->ns * sizeof(float)) &&
+           !memcmp(h[0], h[2], (size_t)(n * R) * sizeof(float)),
+       "%s %s, %lld tokens, with the counters: y, the state and the product bit-identical", name,
+       cw_qtype_name(type), (long long)n);
     struct cw_err e = {0};
     const struct cw_k_xq_out bad = {d_xq, CW_TYPE_Q8_0};
     const struct cw_k_deltanet_w w = {k->d_conv, k->d_dt, k->d_a, k->d_norm};
-    ok(cw_k_deltanet(c, &kd, &w, d_cs, d_ds, 1, in[0], in[1], in[2], in[3], d_y, &bad, NULL,
-                     &e) != 0 &&
+    ok(cw_k_deltanet(c, &kd, &w, d_cs, d_ds, d_cnt, 1, in[0], in[1], in[2], in[3], d_y, &bad,
+                     NULL, &e) != 0 &&
            strstr(e.msg, "Q8_K copy"),
        "%s: a copy for q8_0 refused (%s)", name, e.msg);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         free(y[i]), free(h[i]), free(ds[i]), free(cs[i]);
+    cw_cuda_free(c, d_cnt);
     for (int i = 0; i < 4; i++)
         cw_cuda_free(c, (void *)in[i]);
     cw_cuda_free(c, d_y), cw_cuda_free(c, d_h), cw_cuda_free(c, d_cs), cw_cuda_free(c, d_ds);
@@ -379,9 +440,9 @@ static int dn_run2(struct cw_cuda *c, const struct dn_case *k, float *d_cs, floa
     cw_cuda_memset(c, d_cs, 0, (size_t)k->ns * sizeof(float), &e);
     cw_cuda_memset(c, d_ds, 0, (size_t)k->nd * sizeof(float), &e);
     poison(c, d_y, (size_t)(n * k->vd) * sizeof(float));
-    int rc = dn_run(c, k, d_cs, d_ds, n1, d_m, d_z, d_b, d_al, d_y, d_scr);
+    int rc = dn_run(c, k, d_cs, d_ds, NULL, n1, d_m, d_z, d_b, d_al, d_y, d_scr);
     if (!rc && n2 > 0)
-        rc = dn_run(c, k, d_cs, d_ds, n2, d_m + n1 * k->C, d_z + n1 * k->vd, d_b + n1 * hv,
+        rc = dn_run(c, k, d_cs, d_ds, NULL, n2, d_m + n1 * k->C, d_z + n1 * k->vd, d_b + n1 * hv,
                     d_al + n1 * hv, d_y + n1 * k->vd, d_scr);
     get(c, y, d_y, (size_t)(n * k->vd) * sizeof(float));
     get(c, cs, d_cs, (size_t)k->ns * sizeof(float));
@@ -718,11 +779,11 @@ static void bench(struct cw_cuda *c)
         cw_cuda_memset(c, d_cs, 0, (size_t)k.ns * 4, &err);
         cw_cuda_memset(c, d_ds, 0, (size_t)k.nd * 4, &err);
         double us = 0, us_p = 0;
-        BENCH(c, tm, dn_run(c, &k, d_cs, d_ds, 1, d_m, d_z, d_b, d_b, d_y, NULL), us);
+        BENCH(c, tm, dn_run(c, &k, d_cs, d_ds, NULL, 1, d_m, d_z, d_b, d_b, d_y, NULL), us);
         const double bytes = 2.0 * (k.nd + k.ns) * 4 + (k.C + 2.0 * k.vd + 2.0 * hvs[i]) * 4;
         note("bench: deltanet decode Hv=%d: %.2f us/call, %.0f GB/s (%.1f MB state r+w)", hvs[i],
              us, bytes / us * 1e-3, 2.0 * (k.nd + k.ns) * 4 / 1e6);
-        BENCH(c, tm, dn_run(c, &k, d_cs, d_ds, nt, d_m, d_z, d_b, d_b, d_y, NULL), us_p);
+        BENCH(c, tm, dn_run(c, &k, d_cs, d_ds, NULL, nt, d_m, d_z, d_b, d_b, d_y, NULL), us_p);
         note("bench: deltanet prefill Hv=%d n=%lld: %.1f us/call, %.3f us/token", hvs[i],
              (long long)nt, us_p, us_p / nt);
         cw_cuda_free(c, d_m), cw_cuda_free(c, d_z), cw_cuda_free(c, d_b), cw_cuda_free(c, d_y);
@@ -739,10 +800,11 @@ static void bench(struct cw_cuda *c)
             const int64_t n = nts[j];
             double us_s = 0, us_c = 0;
             cw_cuda_memset(c, d_ds, 0, (size_t)k.nd * 4, &err);
-            BENCH(c, tm, dn_run(c, &k, d_cs, d_ds, n, d_m, d_z, d_b, d_b, d_y, NULL), us_s);
+            BENCH(c, tm, dn_run(c, &k, d_cs, d_ds, NULL, n, d_m, d_z, d_b, d_b, d_y, NULL), us_s);
             cw_cuda_memset(c, d_ds, 0, (size_t)k.nd * 4, &err);
             if (cw_k_deltanet_scratch(&kd, n) > 0)
-                BENCH(c, tm, dn_run(c, &k, d_cs, d_ds, n, d_m, d_z, d_b, d_b, d_y, d_scr), us_c);
+                BENCH(c, tm, dn_run(c, &k, d_cs, d_ds, NULL, n, d_m, d_z, d_b, d_b, d_y, d_scr),
+                      us_c);
             note("bench: deltanet prefill Hv=%d n=%4lld: sequential %8.1f us = %.3f us/tok/layer,"
                  " chunked %8.1f us = %.3f us/tok/layer", hvs[i], (long long)n, us_s, us_s / n,
                  us_c, us_c / n);
