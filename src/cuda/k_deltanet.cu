@@ -25,8 +25,8 @@
  * 426.7 tok/s; 27B 136.1 -> 140.9; the same bits).
  * One token on sm_90 with the state's counters (d_count), dv = 128, Hv even:
  * core1_kernel does both in one launch, clusters of blocks per pair of
- * v-heads (the same bits; H100: 35B tg128 +0.9% and +1.6% in two calls,
- * the 27B within ±0.5%).
+ * v-heads (the same bits; H100: 35B tg128 +0.5 to +1.6% in four pairs of
+ * runs, the 27B within its noise, -0.4 to +0.8% in six).
  * Every value a token produces is computed by the same thread mapping and
  * reduction order whatever the chunk, slice or n_tok, so n tokens in one
  * call and n single-token calls give bit-identical outputs and state.
@@ -79,6 +79,7 @@
  * call costs ~85 µs up to ~64 tokens, so it breaks even with the sequential
  * path near 48 tokens (slower at 32, faster from 64). */
 #include <cooperative_groups.h>
+#include <utility> /* std::move of the cluster barrier's token */
 
 #include "cuda/cuda_common.cuh"
 #include "cuda/k_quant.cuh" /* kq_xq_block: y's Q8_K copy */
@@ -563,9 +564,9 @@ static __global__ void __launch_bounds__(2 * DN_NORM_THREADS) norm_xq_kernel(dn_
 /* Adds 1 to *c (GPU scope); the old value. Relaxed: a block counts itself
  * in only once its reads of the conv state have returned (its threads have
  * summed them before the barrier ahead of the count), and the last block's
- * writes are issued only once its count has come back; an acquire-release
- * count (which also holds the block's later loads behind it) ran the 27B
- * 0.4% slower (H100). */
+ * writes are issued only once its count has come back. An acquire-release
+ * count also holds the block's later loads behind it (H100, 27B tg64, one
+ * run each: 122.99 against 123.51 tok/s). */
 static __device__ __forceinline__ unsigned dn_count_in(unsigned *c)
 {
     unsigned old;
@@ -585,6 +586,9 @@ static __global__ void __launch_bounds__(DF_THREADS)
     __shared__ float s_b[1], s_d[1];
     __shared__ int s_last;
     cg::cluster_group cl = cg::this_cluster();
+    /* the cluster's blocks may take writes into each other's shared memory
+     * only once all have started: arrived here, waited for before the first */
+    auto started = cl.barrier_arrive();
     const int rank = (int)cl.block_rank(), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t pair = blockIdx.x / DF_CLUSTER;
     const int h = 2 * (int)pair + rank / DF_HEAD, kh = h % a.hk, dk = a.dk, ns = a.nconv - 1;
@@ -644,6 +648,7 @@ static __global__ void __launch_bounds__(DF_THREADS)
     dn_step(S, s_u, dk, warp * DN_CPW, von, s_b[0], s_d[0], lane, acc);
     dn_cols<true>(a, h, j0 + warp * DN_CPW, lane, S);
     const float scale = 1.0f / sqrtf((float)dk);
+    cl.barrier_wait(std::move(started));
     float *o = cl.map_shared_rank(ys, 0) + (rank / DF_HEAD) * DN_NORM_THREADS + j0;
 #pragma unroll
     for (int c = 0; c < DN_CPW; c++)
