@@ -567,12 +567,14 @@ static __global__ void __launch_bounds__(2 * DN_NORM_THREADS) norm_xq_kernel(dn_
  * writes are issued only once its count has come back. An acquire-release
  * count also holds the block's later loads behind it (H100, 27B tg64, one
  * run each: 122.99 against 123.51 tok/s). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* core1_kernel's body's only */
 static __device__ __forceinline__ unsigned dn_count_in(unsigned *c)
 {
     unsigned old;
     asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(c) : "memory");
     return old;
 }
+#endif
 
 template <class T, bool XQ>
 static __global__ void __launch_bounds__(DF_THREADS)
