@@ -332,6 +332,12 @@ static void *take(struct bump *b, size_t bytes)
     return p;
 }
 
+/* Bytes of a sequence's position and token ids, together (upload_chunk). */
+static size_t io_bytes(const struct cw_cuda_model *M)
+{
+    return sizeof(int64_t) + (size_t)M->chunk * sizeof(int32_t);
+}
+
 /* Lays out a sequence in b: DeltaNet state first (the prefix reset zeroes),
  * then K/V, then the work buffers. */
 static void layout(struct cw_cuda_model *M, struct cw_bseq *s, struct bump *b)
@@ -388,9 +394,11 @@ static void layout(struct cw_cuda_model *M, struct cw_bseq *s, struct bump *b)
     s->fu = (float *)take(b, T * Fd * 4);
     s->logits = (float *)take(b, LR * V * 4);
     s->amax = (int32_t *)take(b, LR * 4);
-    s->tok = (int32_t *)take(b, T * 4);
+    s->amax_scr = take(b, cw_k_argmax_scratch((int64_t)LR)); /* zeroed with the arena */
+    /* the position, then the token ids: one upload a launch sequence */
+    s->pos = (int64_t *)take(b, io_bytes(M));
+    s->tok = s->pos ? (int32_t *)(s->pos + 1) : NULL;
     s->norm_count = (unsigned *)take(b, 4); /* zeroed with the arena, left zero by each use */
-    s->pos = (int64_t *)take(b, 8);
     s->scratch = take(b, s->scratch_bytes);
 }
 
@@ -400,8 +408,6 @@ static void cuda_seq_free(struct cw_backend *b, struct cw_bseq *s)
         return;
     cw_cuda_graph_drop(s);
     cw_cuda_free(model_of(b)->c, s->arena);
-    if (s->h_tok)
-        cudaFreeHost(s->h_tok);
     if (s->h_pos)
         cudaFreeHost(s->h_pos);
     free(s->layers);
@@ -429,9 +435,12 @@ static int cuda_seq_new(struct cw_backend *b, struct cw_bseq **out, struct cw_er
     }
     struct bump place_b = {(uint8_t *)s->arena, 0};
     layout(M, s, &place_b);
-    cudaError_t e = cudaMallocHost((void **)&s->h_tok, (size_t)M->chunk * sizeof(int32_t));
-    if (e == cudaSuccess)
-        e = cudaMallocHost((void **)&s->h_pos, sizeof(int64_t));
+    /* pinned staging: the device's position and ids, then the argmax */
+    cudaError_t e = cudaMallocHost((void **)&s->h_pos, io_bytes(M) + sizeof(int32_t));
+    if (e == cudaSuccess) {
+        s->h_tok = (int32_t *)(s->h_pos + 1);
+        s->h_amax = s->h_tok + M->chunk;
+    }
     if (e != cudaSuccess) {
         cuda_seq_free(b, s);
         return cw_errf(err, CW_ERR_NOMEM, "cuda: pinned staging: %s", cudaGetErrorString(e));

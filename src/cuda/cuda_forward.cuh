@@ -52,15 +52,18 @@ struct cw_bseq {
     float *rlog, *wts, *act, *sg, *su, *sgate, *fg, *fu;
     float *logits;   /* [lm_rows][V] */
     int32_t *ids;    /* [chunk][K] */
-    int32_t *tok;    /* [chunk] */
+    int64_t *pos;    /* the position of row 0 of the launch, then */
+    int32_t *tok;    /* [chunk] its token ids */
     unsigned *norm_count; /* the fused norms' block count (cw_k_norm_next) */
     int32_t *amax;   /* [lm_rows] */
-    int64_t *pos;    /* the position of row 0 of the launch */
+    void *amax_scr;  /* cw_k_argmax's */
     void *scratch;
     size_t scratch_bytes;
-    /* pinned host staging of the uploads */
-    int32_t *h_tok;
+    /* pinned host staging: h_pos and h_tok mirror pos and tok (one upload);
+     * h_amax takes a decode step's argmax */
     int64_t *h_pos;
+    int32_t *h_tok;
+    int32_t *h_amax;
     /* the decode step (n = 1), captured at the first decode */
     cudaGraph_t graph;
     cudaGraphExec_t graph_exec;

@@ -247,9 +247,14 @@ int cw_k_get_rows(struct cw_cuda *c, const struct cw_k_mat *table, const int32_t
 int cw_k_moe_route(struct cw_cuda *c, const float *d_logits, int X, int K, int64_t n_tok,
                    int32_t *d_ids, float *d_wts, struct cw_err *err);
 
-/* out[t] = argmax of logits row t (V values; the lowest index wins a tie). */
+/* out[t] = argmax of logits row t (V values; the lowest index wins a tie),
+ * n_tok <= 65535. With d_scratch each row is split over many blocks; NULL:
+ * one block a row. Either gives the same ids. cw_k_argmax_scratch(n) bytes
+ * serve every call of at most n rows; they are zero before the first call,
+ * and every call leaves them so. */
 int cw_k_argmax(struct cw_cuda *c, const float *d_logits, int64_t V, int64_t n_tok,
-                int32_t *d_out, struct cw_err *err);
+                int32_t *d_out, void *d_scratch, struct cw_err *err);
+size_t cw_k_argmax_scratch(int64_t n_tok);
 
 /* ---- Gated DeltaNet core (k_deltanet.cu) --------------------------------- */
 

@@ -724,6 +724,25 @@ static void at_check_bounds(struct cw_cuda *c, struct at_case *k)
     ok(!rc && flag == 1, "bounds: flag %d after a position past n_ctx", flag);
     ok(guard_ok && second_nan, "bounds: a position past n_ctx wrote something");
     ok(last_ok, "bounds: the last valid position was not computed");
+    // One token a call: past n_ctx (the flag, nothing written), then the last.
+    for (int j = 0; j < 2; j++) {
+        poison(c, d_out, (size_t)qn * sizeof(float));
+        rc = at_run(c, k, k->n_ctx - j, 1, d_P, d_k, d_k, d_out);
+        get(c, &flag, k->d_scr, sizeof flag);
+        get(c, o, d_out, (size_t)qn * sizeof(float));
+        get(c, guard, k->d_kc + k->n_ctx * k->row, (size_t)k->row * sizeof(cw_f16));
+        int all_nan = 1, all_fin = 1;
+        guard_ok = 1;
+        for (int64_t i = 0; i < k->row; i++)
+            guard_ok &= guard[i] == 0xffff;
+        for (int64_t i = 0; i < qn; i++) {
+            all_nan &= isnan(o[i]);
+            all_fin &= isfinite(o[i]);
+        }
+        ok(!rc && flag == (j == 0) && guard_ok && (j == 0 ? all_nan : all_fin),
+           "bounds: one token at n_ctx - %d: flag %d, guard %d, output %s", j, flag, guard_ok,
+           all_nan ? "untouched" : all_fin ? "finite" : "mixed");
+    }
     cw_cuda_free(c, d_P), cw_cuda_free(c, d_k), cw_cuda_free(c, d_out);
     free(P), free(kk), free(o), free(guard);
 }

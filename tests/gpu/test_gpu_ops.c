@@ -349,25 +349,41 @@ static void test_argmax(struct cw_cuda *c)
         }
         float *dx = dalloc(c, (size_t)(R * V) * 4);
         int32_t *dout = dalloc(c, (size_t)R * 4);
+        const size_t sb = cw_k_argmax_scratch(R);
+        void *scr = dalloc(c, sb);
+        struct cw_err me = {0};
+        cw_cuda_memset(c, scr, 0, sb, &me);
         up(c, dx, x, (size_t)(R * V) * 4);
-        poison(c, dout, (size_t)R * 4);
-        ok(cw_k_argmax(c, dx, V, R, dout, &err) == 0 && cw_cuda_sync(c, &err) == 0,
-           "argmax V=%lld: %s", (long long)V, err.msg);
-        down(c, got, dout, sizeof got);
-        ok(memcmp(got, ref, sizeof ref) == 0,
-           "argmax V=%lld: ids %d %d %d %d %d %d, expected %d %d %d %d %d %d", (long long)V,
-           got[0], got[1], got[2], got[3], got[4], got[5], ref[0], ref[1], ref[2], ref[3],
-           ref[4], ref[5]);
-        /* one row alone gives the same id as inside a batch */
-        poison(c, dout, (size_t)R * 4);
-        ok(cw_k_argmax(c, dx + V, V, 1, dout, &err) == 0, "argmax one row: %s", err.msg);
-        down(c, got, dout, 4);
-        ok(got[0] == ref[1], "argmax V=%lld: row 1 alone (unaligned when V %% 4) = %d", (long long)V,
-           got[0]);
-        cw_cuda_free(c, dx), cw_cuda_free(c, dout);
+        /* one block a row, then split rows twice (the counts left at zero) */
+        for (int m = 0; m < 3; m++) {
+            void *ms = m ? scr : NULL;
+            poison(c, dout, (size_t)R * 4);
+            ok(cw_k_argmax(c, dx, V, R, dout, ms, &err) == 0 && cw_cuda_sync(c, &err) == 0,
+               "argmax V=%lld (%d): %s", (long long)V, m, err.msg);
+            down(c, got, dout, sizeof got);
+            ok(memcmp(got, ref, sizeof ref) == 0,
+               "argmax V=%lld (%d): ids %d %d %d %d %d %d, expected %d %d %d %d %d %d",
+               (long long)V, m, got[0], got[1], got[2], got[3], got[4], got[5], ref[0], ref[1],
+               ref[2], ref[3], ref[4], ref[5]);
+            /* one row alone gives the same id as inside a batch */
+            poison(c, dout, (size_t)R * 4);
+            ok(cw_k_argmax(c, dx + V, V, 1, dout, ms, &err) == 0, "argmax one row: %s", err.msg);
+            down(c, got, dout, 4);
+            ok(got[0] == ref[1], "argmax V=%lld (%d): row 1 alone (unaligned when V %% 4) = %d",
+               (long long)V, m, got[0]);
+        }
+        /* each row's count (the first word of its sb / R bytes) back at zero */
+        unsigned *cnt = malloc(sb);
+        down(c, cnt, scr, sb);
+        int nz = 0;
+        for (int64_t r = 0; r < R; r++)
+            nz += cnt[r * (int64_t)(sb / R / sizeof *cnt)] != 0;
+        ok(nz == 0, "argmax V=%lld: %d counts not back at zero", (long long)V, nz);
+        free(cnt);
+        cw_cuda_free(c, dx), cw_cuda_free(c, dout), cw_cuda_free(c, scr);
         free(x);
     }
-    ok(cw_k_argmax(c, NULL, 0, 1, NULL, &err) == -1, "argmax: V = 0 refused");
+    ok(cw_k_argmax(c, NULL, 0, 1, NULL, NULL, &err) == -1, "argmax: V = 0 refused");
 }
 
 int main(void)
