@@ -351,8 +351,7 @@ static void test_argmax(struct cw_cuda *c)
         int32_t *dout = dalloc(c, (size_t)R * 4);
         const size_t sb = cw_k_argmax_scratch(R);
         void *scr = dalloc(c, sb);
-        struct cw_err me = {0};
-        cw_cuda_memset(c, scr, 0, sb, &me);
+        ok(cw_cuda_memset(c, scr, 0, sb, &err) == 0, "argmax scratch zeroed: %s", err.msg);
         up(c, dx, x, (size_t)(R * V) * 4);
         /* one block a row, then split rows twice (the counts left at zero) */
         for (int m = 0; m < 3; m++) {
