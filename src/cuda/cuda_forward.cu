@@ -52,7 +52,7 @@ struct next_norm {
 static struct cw_k_norm_in norm_in(const struct cw_cuda_model *M, const struct cw_bseq *s,
                                    const struct cw_wt *w)
 {
-    const struct cw_k_norm_in ni = {s->h, (const float *)w->data, M->dw.hp.eps};
+    const struct cw_k_norm_in ni = {s->h, (const float *)w->data, M->dw.hp.eps, false};
     return ni;
 }
 
@@ -67,6 +67,19 @@ static bool fuses_norm(const struct cw_cuda_model *M, int n_w, const struct cw_w
             return true;
     }
     return false;
+}
+
+/* xin for a step that reads no x after its launches (cw_k_norm_in's
+ * x_unread: its products' Q8_K copy is all they need of it), in *tmp;
+ * NULL stays NULL. */
+static const struct cw_k_norm_in *x_unread(const struct cw_k_norm_in *xin,
+                                           struct cw_k_norm_in *tmp)
+{
+    if (!xin)
+        return NULL;
+    *tmp = *xin;
+    tmp->x_unread = true;
+    return tmp;
 }
 
 /* the launchers' form of nx */
@@ -156,7 +169,8 @@ static int deltanet(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_
                                       (const float *)l->a.data, (const float *)l->norm.data};
     const struct cw_wt *in[4];
     float *out[4] = {s->m, s->z, s->beta, s->alpha};
-    if (mm_xs(M, s, dn_in(l, in), in, out, n, xin, err))
+    struct cw_k_norm_in xu;
+    if (mm_xs(M, s, dn_in(l, in), in, out, n, x_unread(xin, &xu), err))
         return -1;
     const struct cw_k_mat Wo = cw_cuda_mat(&l->out);
     void *xq = M->fold_xq ? dn_xq(M, s, &d, &Wo, n) : NULL;
@@ -176,7 +190,8 @@ static int attention(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw
     const struct cw_k_attn_dims d = cw_cuda_attn_dims(&M->dw.hp);
     const struct cw_wt *in[3];
     float *out[3] = {s->P, s->k, s->v};
-    if (mm_xs(M, s, attn_in(l, in), in, out, n, xin, err))
+    struct cw_k_norm_in xu;
+    if (mm_xs(M, s, attn_in(l, in), in, out, n, x_unread(xin, &xu), err))
         return -1;
     if (cw_k_attn(M->c, &d, (const float *)l->q_norm.data, (const float *)l->k_norm.data, st->k,
                   st->v, M->base.n_ctx_max, s->pos, n, s->P, s->k, s->v, s->ao, s->scratch, err))
@@ -265,7 +280,8 @@ static int dense_ffn(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw
                      struct cw_err *err)
 {
     const int64_t F = M->dw.hp.n_ff;
-    if (gate_up_swiglu(M, s, &l->gate, &l->up, s->fg, s->fu, n, xin, err))
+    struct cw_k_norm_in xu;
+    if (gate_up_swiglu(M, s, &l->gate, &l->up, s->fg, s->fu, n, x_unread(xin, &xu), err))
         return -1;
     return mm_add_norm(M, s, &l->down, s->fg, F, n, NULL, nx, NULL, err);
 }

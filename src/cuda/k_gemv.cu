@@ -347,7 +347,7 @@ static __global__ void __launch_bounds__(XQ_THREADS)
 
 /* x given as the norm of the residual stream (cw_k_norm_in): xq_kernel's
  * output, plus the normalised x written to y for the launches that read it
- * in f32. */
+ * in f32 (xqn_kernel: none where y is NULL). */
 struct xq_norm {
     const float *h, *w;
     int64_t ldh;
@@ -387,10 +387,14 @@ static __global__ void __launch_bounds__(B)
      * are let go once h is in shared memory */
     cw_rmsnorm_row_to_sm<B, true>(nm.h + t * nm.ldh, ws, n, nm.eps, sh, hs, true, true);
     /* the items xq_rows gives this block's warps: i ≡ warp (mod nw·grid) */
-    float *y = nm.y + t * nm.ldy;
-    for (int i0 = (int)blockIdx.x * nw; i0 < nb; i0 += nw * (int)gridDim.x)
-        for (int i = i0 * T::QK + (int)threadIdx.x; i < min(i0 + nw, nb) * T::QK; i += B)
-            y[i] = hs[i];
+    /* y: no launch reads x in f32 where it is NULL (cw_k_norm_in's
+     * x_unread; H100, 27B decode, the same bits: 123.7 -> 124.2 tok/s) */
+    if (nm.y) {
+        float *y = nm.y + t * nm.ldy;
+        for (int i0 = (int)blockIdx.x * nw; i0 < nb; i0 += nw * (int)gridDim.x)
+            for (int i = i0 * T::QK + (int)threadIdx.x; i < min(i0 + nw, nb) * T::QK; i += B)
+                y[i] = hs[i];
+    }
     xq_rows<T, true, T2>(hs, 0, 1, nb, xq + t * kq_xq_bytes(nb),
                          (int)blockIdx.x * nw + (threadIdx.x >> 5), (int)gridDim.x * nw,
                          xq2 ? xq2 + t * kq_xq_bytes(nb) : NULL);
@@ -2020,6 +2024,16 @@ struct xq_share {
     const uint8_t *ready;
 };
 
+/* nm as an xq_once launch gets it: y dropped where off (no launch reads x
+ * in f32 after it, cw_k_norm_in's x_unread); a zero norm where nm is NULL. */
+static xq_norm xq_norm_y(const xq_norm *nm, bool off)
+{
+    xq_norm q = nm ? *nm : xq_norm{};
+    if (off)
+        q.y = NULL;
+    return q;
+}
+
 struct gemv_launch {
     cudaStream_t s;
     bool pdl;
@@ -2034,6 +2048,7 @@ struct gemv_launch {
     uint8_t *xq_scr; /* scratch for xq_once, or NULL */
     xq_share sh; /* x's Q8_K copy shared with another launch (multi_run), or all NULL */
     const xq_norm *nm; /* x as the norm of h, for the xq_once launch (norm_fuses), or NULL */
+    bool y_off;        /* ... which then leaves nm's y unwritten (xq_norm_y) */
     const xq_norm *fn; /* nm, normalised in every block of the flat launch instead, or NULL */
     cudaError_t e;
     /* Shared bytes of the row of x a flat launch normalises (flat_norm_x). */
@@ -2150,8 +2165,10 @@ struct gemv_launch {
             e = cudaErrorInvalidValue;
             return true;
         }
+        const xq_norm nq = xq_norm_y(nm, y_off);
         e = once && !sh.ready
-                ? xq_launch2<T>(s, pdl, x0, a.ldx, n_tok, a.nb, xq_scr, nm, sh.t2, sh.xq2)
+                ? xq_launch2<T>(s, pdl, x0, a.ldx, n_tok, a.nb, xq_scr, nm ? &nq : NULL, sh.t2,
+                                sh.xq2)
                 : cudaSuccess;
         for (int64_t t0 = 0; t0 < n_tok && e == cudaSuccess; t0 += ntg) {
             a.nt = (int)(n_tok - t0 < ntg ? n_tok - t0 : ntg);
@@ -2236,6 +2253,7 @@ struct moe_launch {
     size_t smem_optin, smem_sm;
     uint8_t *xq_scr; /* scratch for xq_once (the K = 1 Q8_K gate/up), or NULL */
     const xq_norm *nm; /* x as the norm of h, for that xq_once launch (norm_fuses), or NULL */
+    bool y_off;        /* ... which then leaves nm's y unwritten (xq_norm_y) */
     cudaError_t e;
     template <class T>
     int go()
@@ -2268,7 +2286,8 @@ struct moe_launch {
             if constexpr (kq_q8k<T>::ON) {
                 constexpr bool lpb = lpb_use<T>();
                 const bool once = xq_scr && xq_once(a.nb);
-                e = once ? xq_launch<T>(s, pdl, a.x, n_in, n_tok, a.nb, xq_scr, nm)
+                const xq_norm nq = xq_norm_y(nm, y_off);
+                e = once ? xq_launch<T>(s, pdl, a.x, n_in, n_tok, a.nb, xq_scr, nm ? &nq : NULL)
                     : nm ? cudaErrorInvalidValue /* norm_fuses said yes: not reached */
                          : cudaSuccess;
                 a.xqg = once ? xq_scr : NULL;
@@ -2401,7 +2420,7 @@ static cw_norm_epi epi_of(const struct cw_k_norm_next *nrm, int64_t n)
 static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const float *d_x,
                 int64_t ldx, int64_t n_tok, float *const *d_y, const int64_t *ldy, bool add,
                 const float *d_scale_logit, const struct cw_k_norm_next *nrm, const xq_norm *nm,
-                void *d_scratch, const xq_share *sh, struct cw_err *err)
+                bool y_off, void *d_scratch, const xq_share *sh, struct cw_err *err)
 {
     gemv_launch f;
     f.s = c->stream;
@@ -2432,6 +2451,7 @@ static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const
     f.xq_scr = (uint8_t *)d_scratch;
     f.sh = sh ? *sh : xq_share{NULL, W[0]->type, NULL};
     f.nm = nm;
+    f.y_off = y_off;
     f.fn = NULL;
     f.e = cudaSuccess;
     cw_k_dispatch(W[0]->type, f);
@@ -2463,8 +2483,8 @@ extern "C" int cw_k_matmul(struct cw_cuda *c, const struct cw_k_mat *W, const fl
     const int64_t ldys[1] = {ldy};
     if (n_tok > CW_K_GEMV_MAX_TOK)
         return cw_k_gemm(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, add, d_scale_logit, d_scratch, err);
-    return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, add, d_scale_logit, NULL, NULL, d_scratch,
-                NULL, err);
+    return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, add, d_scale_logit, NULL, NULL, false,
+                d_scratch, NULL, err);
 }
 
 extern "C" size_t cw_k_xq_plain(const struct cw_cuda *c, const struct cw_k_mat *W,
@@ -2503,8 +2523,8 @@ extern "C" int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W,
     float *ys[1] = {d_y};
     const int64_t ldys[1] = {ldy};
     const xq_share sh = {NULL, W->type, (const uint8_t *)d_xq};
-    return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, true, d_scale_logit, nrm, NULL, d_scratch,
-                d_xq ? &sh : NULL, err);
+    return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, true, d_scale_logit, nrm, NULL, false,
+                d_scratch, d_xq ? &sh : NULL, err);
 }
 
 /* x as the norm of h (cw_k_norm_in) for n_tok rows of n_in into x. */
@@ -2604,6 +2624,12 @@ static int multi_run(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
     const enum cw_qtype t2 = W[first[g2 >= 0 ? g2 : 0]]->type;
     const xq_share sh_q = {(uint8_t *)d_scratch + qb, t2, NULL};
     const xq_share sh_2 = {NULL, t2, (const uint8_t *)d_scratch + qb};
+    /* x not written where the caller reads none (nin->x_unread) and no
+     * launch here reads it in f32: the fused group, and the one reading its
+     * second layout, are all there is */
+    bool y_off = nin && nin->x_unread && gn >= 0 && !gemm;
+    for (int g = 0; g < ng && y_off; g++)
+        y_off = g == gn || g == g2;
     for (int k = -1; k < ng; k++) {
         const int g = k < 0 ? gn : k;
         if (g < 0 || (k >= 0 && g == gn))
@@ -2617,7 +2643,7 @@ static int multi_run(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
                 gw[m] = W[j], gy[m] = d_y[j], gl[m] = ldy[j], m++;
         if (gemm ? cw_k_gemm(c, m, gw, d_x, ldx, n_tok, gy, gl, false, NULL, d_scratch, err)
                  : gemv(c, m, gw, d_x, ldx, n_tok, gy, gl, false, NULL, NULL,
-                        g == gn ? &nm : NULL, d_scratch,
+                        g == gn ? &nm : NULL, g == gn && y_off, d_scratch,
                         g2 < 0 ? NULL : g == gq ? &sh_q : g == g2 ? &sh_2 : NULL, err))
             return -1;
     }
@@ -2703,12 +2729,13 @@ static int moe_gate_up_run(struct cw_cuda *c, const struct cw_k_mat *G, const st
      * a norm launch first */
     xq_norm nm = {};
     f.nm = NULL;
+    f.y_off = nin && nin->x_unread;
     if (nin) {
         if (check_norm_in(nin, G->n_in, d_x, G->n_in, "moe_gate_up_norm", err))
             return -1;
         nm = xq_norm_of(nin, G->n_in, (float *)d_x, G->n_in);
         if (!SG && K == 1 && d_scratch && norm_fuses(G, n_tok))
-            f.nm = &nm;
+            f.nm = &nm; /* its products read the Q8_K copy alone */
         else if (cw_k_add_rmsnorm(c, nin->d_h, NULL, nin->d_w, (float *)d_x, G->n_in, G->n_in,
                                   n_tok, nin->eps, err))
             return -1;
@@ -2740,6 +2767,7 @@ static int moe_down_run(struct cw_cuda *c, const struct cw_k_mat *D, const struc
     f.smem_sm = c->info.smem_sm;
     f.xq_scr = NULL;
     f.nm = NULL;
+    f.y_off = false;
     f.e = cudaSuccess;
     cw_k_dispatch(D->type, f);
     CW_CUDA_TRY(err, f.e);

@@ -113,11 +113,16 @@ int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
  * written to its d_x for whatever reads x later. Where cw_k_norm_fuses
  * says so, the launch that quantises x once computes it, or for one token
  * of a narrow x every block of the product (no launch and no serial tail
- * of its own); else a cw_k_add_rmsnorm launch comes first. */
+ * of its own); else a cw_k_add_rmsnorm launch comes first.
+ * x_unread: the caller reads no x after the call, so the launcher may
+ * leave d_x unwritten where none of its own launches reads it in f32 (every
+ * product on the copy quantised with the norm); false (the zero value)
+ * writes it always. */
 struct cw_k_norm_in {
     float *d_h;        /* [n_tok][n_in], packed rows */
     const float *d_w;  /* [n_in] */
     float eps;
+    bool x_unread;
 };
 
 /* Whether a _norm launcher given scratch computes the norm inside its
@@ -126,7 +131,7 @@ struct cw_k_norm_in {
 bool cw_k_norm_fuses(const struct cw_cuda *c, const struct cw_k_mat *W, int K, int64_t n_tok);
 
 /* cw_k_matmul_multi of x = the norm nin of h (all matrices one width);
- * d_x [n_tok][ldx] is written, not read. */
+ * d_x [n_tok][ldx] is written (as nin->x_unread says), not read. */
 int cw_k_matmul_multi_norm(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
                            const struct cw_k_norm_in *nin, float *d_x, int64_t ldx,
                            int64_t n_tok, float *const *d_y, const int64_t *ldy,
@@ -168,7 +173,7 @@ int cw_k_moe_gate_up(struct cw_cuda *c, const struct cw_k_mat *G, const struct c
                      float *d_act, void *d_scratch, struct cw_err *err);
 
 /* cw_k_moe_gate_up of x = the norm nin of h; d_x [n_tok][G->n_in] is
- * written, not read. */
+ * written (as nin->x_unread says), not read. */
 int cw_k_moe_gate_up_norm(struct cw_cuda *c, const struct cw_k_mat *G, const struct cw_k_mat *U,
                           const struct cw_k_norm_in *nin, float *d_x, const int32_t *d_ids,
                           int K, int64_t n_tok, float *d_act, void *d_scratch,

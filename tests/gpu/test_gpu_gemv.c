@@ -459,7 +459,7 @@ static void check_norm_in(enum cw_qtype tq, int64_t n_in)
     int32_t zero[NT] = {0};
     int32_t *dz = dalloc(sizeof zero);
     up(dz, zero, sizeof zero);
-    const struct cw_k_norm_in nin = {dh, dnw, 1e-6f};
+    const struct cw_k_norm_in nin = {dh, dnw, 1e-6f, false};
     static const int nts[] = {1, 3, 9, NT, 1};
     int same = 1, hsame = 1;
     for (int k = 0; k < 5; k++) {
@@ -490,6 +490,36 @@ static void check_norm_in(enum cw_qtype tq, int64_t n_in)
        "output bit-equal to add_rmsnorm + the plain launcher, h untouched", cw_qtype_name(tq),
        (long long)n_in, fuses ? "fused" : "its own launch", cw_qtype_name(tq),
        cw_qtype_name(t2));
+    /* x_unread: the multi holds f32 readers of x, so x is written still;
+     * the K = 1 gate/up leaves it as it was where the norm is fused */
+    const struct cw_k_norm_in nun = {dh, dnw, 1e-6f, true};
+    int unread = 1;
+    for (int k = 0; k < 5; k++) {
+        const int nt = nts[k];
+        void *sc = k == 4 ? NULL : scr;
+        const size_t xb = sizeof(float) * n_in * nt;
+        CK(cw_k_add_rmsnorm(C, dh, NULL, dnw, dxr, n_in, n_in, nt, 1e-6f, &E));
+        CK(cw_k_matmul_multi(C, N, Wp, dxr, n_in, nt, dr, ldy, sc, &E));
+        CK(cw_cuda_memset(C, dx, 0xFF, xb, &E));
+        CK(cw_k_matmul_multi_norm(C, N, Wp, &nun, dx, n_in, nt, dy, ldy, sc, &E));
+        unread &= dev_same(dx, dxr, xb, a, b);
+        for (int i = 0; i < N; i++)
+            unread &= dev_same(dy[i], dr[i], sizeof(float) * rows[i] * nt, a, b);
+        CK(cw_k_moe_gate_up(C, &W[1], &U, dxr, dz, 1, nt, dr[1], sc, &E));
+        CK(cw_cuda_memset(C, dx, 0xFF, xb, &E));
+        CK(cw_k_moe_gate_up_norm(C, &W[1], &U, &nun, dx, dz, 1, nt, dy[1], sc, &E));
+        unread &= dev_same(dy[1], dr[1], sizeof(float) * rows[1] * nt, a, b);
+        if (sc && cw_k_norm_fuses(C, &W[1], 1, nt)) {
+            down(a, dx, xb);
+            memset(b, 0xFF, xb);
+            unread &= !memcmp(a, b, xb);
+        } else {
+            unread &= dev_same(dx, dxr, xb, a, b);
+        }
+    }
+    ok(unread, "... with x unread: the multi (f32 readers among its matrices) writes x still, "
+       "the K = 1 gate_up_norm leaves it as it was where its norm is fused; every output the "
+       "same");
     struct cw_k_norm_in bad = nin;
     bad.d_w = NULL;
     ok(cw_k_matmul_multi_norm(C, N, Wp, &bad, dx, n_in, 1, dy, ldy, scr, &E) == -1 &&
@@ -510,7 +540,9 @@ static void check_norm_in(enum cw_qtype tq, int64_t n_in)
  * DeltaNet mixer: Q6_K qkv before its q4_K gate, beta, alpha; its
  * attention: q4_K q, k before a Q6_K v), with x given and as the norm of
  * h, at 1 and 5 tokens. Every output, and the x written, bit-equal to
- * add_rmsnorm and each matrix's own matmul. */
+ * add_rmsnorm and each matrix's own matmul. With x_unread the outputs are
+ * the same, and x is left as it was where the norm is fused (every product
+ * here reads the copy quantised with it), written where it is not. */
 static void check_two_layouts(int64_t n_in)
 {
     enum { N = 4, MT = 5 };
@@ -520,8 +552,8 @@ static void check_two_layouts(int64_t n_in)
     static const int64_t rows[N] = {1000, 700, 48, 37};
     struct norm_io io = norm_io_make(n_in, MT);
     float *a = io.a, *b = io.b, *dh = io.dh, *dnw = io.dnw, *dx = io.dx, *dxr = io.dxr;
-    const struct cw_k_norm_in nin = {dh, dnw, 1e-6f};
-    int same = 1;
+    const struct cw_k_norm_in nin = {dh, dnw, 1e-6f, false}, nun = {dh, dnw, 1e-6f, true};
+    int same = 1, unread = 1, fused = 1;
     for (int o = 0; o < 2; o++) {
         struct hmat m[N];
         struct cw_k_mat W[N];
@@ -546,15 +578,28 @@ static void check_two_layouts(int64_t n_in)
             CK(cw_k_add_rmsnorm(C, dh, NULL, dnw, dxr, n_in, n_in, nt, 1e-6f, &E));
             for (int i = 0; i < N; i++)
                 CK(cw_k_matmul(C, &W[i], dxr, n_in, nt, dr[i], ldy[i], false, NULL, scr, &E));
-            for (int v = 0; v < 2; v++) { /* x given, then as the norm of h */
-                CK(cw_cuda_memset(C, dx, 0, sizeof(float) * n_in * nt, &E));
+            /* x given, as the norm of h, the same with x unread */
+            for (int v = 0; v < 3; v++) {
+                const size_t xb = sizeof(float) * n_in * nt;
+                CK(cw_cuda_memset(C, dx, v == 2 ? 0xFF : 0, xb, &E));
                 for (int i = 0; i < N; i++)
                     CK(cw_cuda_memset(C, dy[i], 0xFF, sizeof(float) * rows[i] * nt, &E));
                 if (v == 0) {
                     CK(cw_k_matmul_multi(C, N, Wp, dxr, n_in, nt, dy, ldy, scr, &E));
-                } else {
+                } else if (v == 1) {
                     CK(cw_k_matmul_multi_norm(C, N, Wp, &nin, dx, n_in, nt, dy, ldy, scr, &E));
-                    same &= dev_same(dx, dxr, sizeof(float) * n_in * nt, a, b);
+                    same &= dev_same(dx, dxr, xb, a, b);
+                } else {
+                    CK(cw_k_matmul_multi_norm(C, N, Wp, &nun, dx, n_in, nt, dy, ldy, scr, &E));
+                    const int f = cw_k_norm_fuses(C, &W[0], 0, nt);
+                    fused &= f == (n_in <= 5120);
+                    if (f) {
+                        down(a, dx, xb);
+                        memset(b, 0xFF, xb);
+                        unread &= !memcmp(a, b, xb);
+                    } else {
+                        unread &= dev_same(dx, dxr, xb, a, b);
+                    }
                 }
                 for (int i = 0; i < N; i++)
                     same &= dev_same(dy[i], dr[i], sizeof(float) * rows[i] * nt, a, b);
@@ -566,9 +611,11 @@ static void check_two_layouts(int64_t n_in)
         }
         cw_cuda_free(C, scr);
     }
-    ok(same, "a q6_K group and a q4_K group x %lld, both orders, 1 and 5 tokens, x given and as "
-       "the norm of h: every output and x bit-equal to add_rmsnorm + each matmul",
-       (long long)n_in);
+    ok(same, "a q6_K group and a q4_K group x %lld, both orders, 1 and 5 tokens, x given, as "
+       "the norm of h and so with x unread: every output and x bit-equal to add_rmsnorm + "
+       "each matmul", (long long)n_in);
+    ok(unread && fused, "... with x unread: x left as it was where the norm is fused (%s), "
+       "written otherwise", n_in <= 5120 ? "it is" : "it is not, x too wide");
     norm_io_free(&io);
 }
 
