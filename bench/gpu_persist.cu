@@ -599,6 +599,24 @@ struct chain {
     double bytes;
 };
 
+/* a chain's outputs and its two x buffers (int8 and scales) */
+struct bufs {
+    float *y1, *y2, *act, *y4, *xd;
+    int8_t *xq;
+};
+
+static bufs alloc_bufs()
+{
+    bufs b;
+    CK(cudaMalloc(&b.y1, 16480 * 4));
+    CK(cudaMalloc(&b.y2, 5120 * 4));
+    CK(cudaMalloc(&b.act, 17408 * 4));
+    CK(cudaMalloc(&b.y4, 5120 * 4));
+    CK(cudaMalloc(&b.xq, 2 * KMAX));
+    CK(cudaMalloc(&b.xd, 2 * (KMAX / 256) * 4));
+    return b;
+}
+
 static chain build(int layers)
 {
     chain c;
@@ -612,14 +630,9 @@ static chain build(int layers)
     fill<<<1024, 256>>>(w, units * layers, 12345);
     CK(cudaGetLastError());
     c.bytes = (double)units * UB * layers;
-    float *y1, *y2, *act, *y4, *xd;
-    int8_t *xq;
-    CK(cudaMalloc(&y1, 16480 * 4));
-    CK(cudaMalloc(&y2, 5120 * 4));
-    CK(cudaMalloc(&act, 17408 * 4));
-    CK(cudaMalloc(&y4, 5120 * 4));
-    CK(cudaMalloc(&xq, 2 * KMAX));
-    CK(cudaMalloc(&xd, 2 * (KMAX / 256) * 4));
+    const bufs bb = alloc_bufs();
+    float *y1 = bb.y1, *y2 = bb.y2, *act = bb.act, *y4 = bb.y4, *xd = bb.xd;
+    int8_t *xq = bb.xq;
     /* x alternates between two buffers, so that a step never writes what
      * the step before it reads */
     int8_t *xa = xq, *xb = xq + KMAX;
@@ -688,14 +701,9 @@ static chain build_split(const chain &a, int layers)
                                    w4s + (size_t)l * u4 * UB, DIMS[3][0], DIMS[3][1]);
         CK(cudaGetLastError());
     }
-    float *y1, *y2, *act, *y4, *xd, *part;
-    int8_t *xq;
-    CK(cudaMalloc(&y1, 16480 * 4));
-    CK(cudaMalloc(&y2, 5120 * 4));
-    CK(cudaMalloc(&act, 17408 * 4));
-    CK(cudaMalloc(&y4, 5120 * 4));
-    CK(cudaMalloc(&xq, 2 * KMAX));
-    CK(cudaMalloc(&xd, 2 * (KMAX / 256) * 4));
+    const bufs bb = alloc_bufs();
+    float *y1 = bb.y1, *y2 = bb.y2, *act = bb.act, *y4 = bb.y4, *xd = bb.xd, *part;
+    int8_t *xq = bb.xq;
     CK(cudaMalloc(&part, (size_t)u4 * 4));
     int8_t *b0 = xq, *b1 = xq + KMAX;
     float *d0 = xd, *d1 = xd + KMAX / 256;
