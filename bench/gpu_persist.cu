@@ -116,6 +116,18 @@ static __device__ __forceinline__ unsigned ld_acquire(const unsigned *p)
     return v;
 }
 
+/* Spins (one thread) until *p reaches v; false, and *bad set (the run is
+ * void), once it has given up after `limit` loads. */
+static __device__ bool wait_at_least(const unsigned *p, unsigned v, long limit, int *bad)
+{
+    for (long spins = 0; ld_acquire(p) < v;)
+        if (++spins > limit) {
+            atomicExch(bad, 1);
+            return false;
+        }
+    return true;
+}
+
 static __device__ __forceinline__ void st_release(unsigned *p, unsigned v)
 {
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -392,11 +404,7 @@ static __device__ void ffn(const step &s, uint8_t *ring, int8_t *xs, float *xds,
         const int sl = c / cps;
         if (sl != cur && s.selfq) { /* the slice's rows counted in: quantise it here */
             if (lane == 0)
-                for (long spins = 0; ld_acquire(s.cnt + sl) < 256;)
-                    if (++spins > (1L << 24)) {
-                        atomicExch(bad, 1); /* the run is void */
-                        break;
-                    }
+                wait_at_least(s.cnt + sl, 256, 1L << 24, bad);
             __syncwarp();
             quant_256(s.y + 256 * sl, xw, &dw);
             __syncwarp();
@@ -410,11 +418,7 @@ static __device__ void ffn(const step &s, uint8_t *ring, int8_t *xs, float *xds,
         if (sl != cur) {
             if (lane == 0)
                 for (int k = s.all ? 0 : sl; k < (s.all ? s.ns4 : sl + 1); k++)
-                    for (long spins = 0; !ld_acquire(s.ready + k);)
-                        if (++spins > (1L << 24)) {
-                            atomicExch(bad, 1); /* the run is void */
-                            break;
-                        }
+                    wait_at_least(s.ready + k, 1, 1L << 24, bad);
             __syncwarp();
             ((int2 *)xw)[lane] = __ldcg((const int2 *)(s.q + 256 * sl) + lane);
             dw = __ldcg(s.d + sl);
@@ -507,16 +511,8 @@ static __global__ void __launch_bounds__(NW * 32)
             asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
         } else {
             __shared__ int gave_up;
-            if (threadIdx.x == 0) {
-                long spins = 0;
-                gave_up = 0;
-                while (ld_acquire(bar + i - 1) < G)
-                    if (++spins > (1L << 22)) {
-                        atomicExch(bad, 1);
-                        gave_up = 1;
-                        break;
-                    }
-            }
+            if (threadIdx.x == 0)
+                gave_up = !wait_at_least(bar + i - 1, G, 1L << 22, bad);
             __syncthreads();
             if (gave_up)
                 return; /* not every block is resident: the run is void */
