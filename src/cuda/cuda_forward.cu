@@ -174,7 +174,7 @@ static int deltanet(struct cw_cuda_model *M, struct cw_bseq *s, const struct cw_
         return -1;
     const struct cw_k_mat Wo = cw_cuda_mat(&l->out);
     void *xq = M->fold_xq ? dn_xq(M, s, &d, &Wo, n) : NULL;
-    const struct cw_k_xq_out xo = {xq, Wo.type};
+    const struct cw_k_xq_out xo = {xq, Wo.type, true}; /* ssm_out reads the copy only */
     if (cw_k_deltanet(M->c, &d, &w, st->conv, st->delta, M->core1 ? st->count : NULL, n, s->m,
                       s->z, s->beta, s->alpha, s->y, xq ? &xo : NULL, s->scratch, err))
         return -1;

@@ -101,6 +101,7 @@ struct dn_args {
     float *conv_state, *delta;
     const float *m, *z, *beta_logit, *alpha;
     float *y;
+    bool y_off; /* y's Q8_K copy only: the f32 y after the norm unwritten */
 };
 
 static __device__ __forceinline__ float dn_silu(float x)
@@ -530,7 +531,8 @@ static __global__ void __launch_bounds__(2 * DN_NORM_THREADS) norm_xq_kernel(dn_
         tot += s_part[NW * hh + w];
     const float s = 1.0f / sqrtf(tot / (float)DN_NORM_THREADS + a.eps);
     const float v = o[e] * s * w1 * dn_silu(z1);
-    o[e] = v;
+    if (!a.y_off)
+        o[e] = v;
     ys[threadIdx.x] = v;
     __syncthreads();
     dn_pair_xq<T>(a, ys, blockIdx.x, xq);
@@ -672,7 +674,8 @@ static __global__ void __launch_bounds__(DF_THREADS)
         tot += s_part[NW * hh + w];
     const float s = 1.0f / sqrtf(tot / (float)DN_NORM_THREADS + a.eps);
     const float v = ov * s * w1 * dn_silu(z1);
-    a.y[pair * 2 * DN_NORM_THREADS + threadIdx.x] = v;
+    if (!XQ || !a.y_off) /* a store on the launch's serial tail */
+        a.y[pair * 2 * DN_NORM_THREADS + threadIdx.x] = v;
     if constexpr (XQ) {
         ys[threadIdx.x] = v;
         __syncthreads();
@@ -1294,6 +1297,7 @@ int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
     a.beta_logit = d_beta_logit;
     a.alpha = d_alpha;
     a.y = d_y;
+    a.y_off = xq && xq->x_unread;
 
     if (d_count && n_tok == 1 && cw_k_deltanet_one_launch(c, d)) {
         CW_CUDA_TRY(err, cw_launch_cluster(c->stream, c->pdl, DF_CLUSTER,

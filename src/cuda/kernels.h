@@ -74,10 +74,13 @@ struct cw_k_norm_next {
 /* x's Q8_K copy written by the kernel that produces x, for the product
  * that reads x next, where cw_k_xq_plain says that product quantises x
  * once: d_xq holds n_tok rows of cw_k_xq_plain's bytes, in the layout of
- * the product's weight type. */
+ * the product's weight type. x_unread: the caller reads no f32 x after
+ * the call (the product reads the copy), so the kernel may leave it
+ * unwritten; false (the zero value) writes it always. */
 struct cw_k_xq_out {
     void *d_xq;
     enum cw_qtype type;
+    bool x_unread;
 };
 
 /* Bytes per token of the Q8_K copy of x that cw_k_matmul_add_norm of W at
@@ -289,7 +292,9 @@ struct cw_k_deltanet_w {
  * bound in k_deltanet.cu's header; its bits depend on where 64-token chunk
  * boundaries fall in the call); else the token-by-token path, for which n
  * tokens in one call and n single calls give the same bits. xq: NULL, or
- * where y's Q8_K copy goes too (cw_k_deltanet_xq said yes). */
+ * where y's Q8_K copy goes too (cw_k_deltanet_xq said yes); with its
+ * x_unread, d_y is left as scratch (holding the core's output before its
+ * norm, or nothing) where only that copy is written. */
 int cw_k_deltanet(struct cw_cuda *c, const struct cw_k_deltanet_dims *d,
                   const struct cw_k_deltanet_w *w, float *d_conv_state, float *d_delta_state,
                   unsigned *d_count, int64_t n_tok, const float *d_m, const float *d_z,

@@ -10,7 +10,8 @@
  * second call from the first's state, correlated keys, 512 and 2048 tokens,
  * Hv/Hk = 2 and 3, and the same bits on a second run. At the 27B's widths,
  * the core writing y's Q8_K copy for ssm_out (cw_k_xq_out): y, the state
- * and that product bit-identical to the plain launches. Decode steps with
+ * and that product bit-identical to the plain launches, and with y unread
+ * (cw_k_xq_out's x_unread) the normed y not stored. Decode steps with
  * the state's counters (one launch a step on sm_90 at the models' dims):
  * y and the state bit-identical to the two launches, the counters zero
  * after, and the same for the 27B's Q8_K copy. CWEN_GPU_BENCH=1 adds
@@ -369,19 +370,19 @@ static void dn_check_xq(struct cw_cuda *c, struct dn_case *k, const char *name, 
     float *d_y = dev(c, (size_t)(n * k->vd) * sizeof(float)), *d_h = dev(c, (size_t)(n * R) * 4);
     float *d_cs = dev(c, (size_t)k->ns * sizeof(float)), *d_ds = dev(c, (size_t)k->nd * sizeof(float));
     void *d_scr = dev(c, cw_k_matmul_scratch(&W, n)), *d_xq = dev(c, per * (size_t)n);
-    const struct cw_k_xq_out xo = {d_xq, type};
+    const struct cw_k_xq_out xo = {d_xq, type, false}, xu = {d_xq, type, true};
     /* runs: the plain launches, the core's copy, the copy with the
-     * counters (one launch at one token) */
-    float *y[3], *h[3], *ds[3], *cs[3];
+     * counters (one launch at one token), then those two with y unread */
+    float *y[5], *h[5], *ds[5], *cs[5];
     const size_t nc = (size_t)k->d.n_k_head * sizeof(unsigned);
     unsigned *d_cnt = dev(c, nc);
     cw_cuda_memset(c, d_cnt, 0, nc, &(struct cw_err){0});
     int rc = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         y[i] = malloc((size_t)(n * k->vd) * sizeof(float)), h[i] = malloc((size_t)(n * R) * 4);
         ds[i] = malloc((size_t)k->nd * sizeof(float)), cs[i] = malloc((size_t)k->ns * sizeof(float));
-        rc |= dn_run_xq(c, k, &W, n, in, d_cs, d_ds, i == 2 ? d_cnt : NULL, d_y, y[i],
-                        i ? &xo : NULL, d_h, h0, d_scr);
+        rc |= dn_run_xq(c, k, &W, n, in, d_cs, d_ds, i % 2 == 0 && i ? d_cnt : NULL, d_y, y[i],
+                        i == 0 ? NULL : i < 3 ? &xo : &xu, d_h, h0, d_scr);
         get(c, h[i], d_h, (size_t)(n * R) * sizeof(float));
         get(c, ds[i], d_ds, (size_t)k->nd * sizeof(float));
         get(c, cs[i], d_cs, (size_t)k->ns * sizeof(float));
@@ -402,14 +403,27 @@ static void dn_check_xq(struct cw_cuda *c, struct dn_case *k, const char *name, 
            !memcmp(h[0], h[2], (size_t)(n * R) * sizeof(float)),
        "%s %s, %lld tokens, with the counters: y, the state and the product bit-identical", name,
        cw_qtype_name(type), (long long)n);
+    /* y unread: the product and the state the same, the normed y never
+     * stored (the one launch leaves y as poisoned as it was) */
+    const size_t yb = (size_t)(n * k->vd) * sizeof(float);
+    bool y_left = true, poisoned = true;
+    for (int i = 3; i < 5; i++)
+        y_left &= memcmp(y[0], y[i], yb) != 0 && !memcmp(ds[0], ds[i], (size_t)k->nd * sizeof(float)) &&
+                  !memcmp(cs[0], cs[i], (size_t)k->ns * sizeof(float)) &&
+                  !memcmp(h[0], h[i], (size_t)(n * R) * sizeof(float));
+    for (size_t b = 0; b < yb; b++)
+        poisoned &= ((const uint8_t *)y[4])[b] == 0xff;
+    ok(y_left && (n > 1 || !cw_k_deltanet_one_launch(c, &kd) || poisoned),
+       "%s %s, %lld tokens, y unread: y not stored, the state and the product bit-identical",
+       name, cw_qtype_name(type), (long long)n);
     struct cw_err e = {0};
-    const struct cw_k_xq_out bad = {d_xq, CW_TYPE_Q8_0};
+    const struct cw_k_xq_out bad = {d_xq, CW_TYPE_Q8_0, false};
     const struct cw_k_deltanet_w w = {k->d_conv, k->d_dt, k->d_a, k->d_norm};
     ok(cw_k_deltanet(c, &kd, &w, d_cs, d_ds, d_cnt, 1, in[0], in[1], in[2], in[3], d_y, &bad,
                      NULL, &e) != 0 &&
            strstr(e.msg, "Q8_K copy"),
        "%s: a copy for q8_0 refused (%s)", name, e.msg);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 5; i++)
         free(y[i]), free(h[i]), free(ds[i]), free(cs[i]);
     cw_cuda_free(c, d_cnt);
     for (int i = 0; i < 4; i++)
