@@ -48,6 +48,10 @@ const struct cw_cuda_device_info *cw_cuda_info(const struct cw_cuda *c);
  * kernel's end; cuda_common.cuh): on by default from sm_90; returns whether
  * it is on after the call. Results do not depend on it. */
 bool cw_cuda_set_pdl(struct cw_cuda *c, bool on);
+/* Two decode products that read one Q8_K x in two layouts on two streams
+ * at once (cuda_common.cuh's side stream): on by default; returns whether
+ * it is on after the call. Results do not depend on it. */
+bool cw_cuda_set_fork(struct cw_cuda *c, bool on);
 
 /* Plain device memory (cudaMalloc), and copies ordered on c's stream. */
 int cw_cuda_alloc(struct cw_cuda *c, void **p, size_t bytes, struct cw_err *err);

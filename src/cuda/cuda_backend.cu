@@ -557,12 +557,14 @@ extern "C" int cw_backend_open_cuda(struct cw_backend **out, const struct cw_qwe
         return -1;
     }
     const bool pdl = cw_cuda_set_pdl(M->c, !env_is("CWEN_CUDA_PDL", "0"));
+    const bool fork = cw_cuda_set_fork(M->c, !env_is("CWEN_CUDA_FORK", "0"));
     if (M->verbose)
         fprintf(stderr, "cuda: %s: weights %.3f GB uploaded in %.2f s (%.1f GB/s), "
-                "chunk %lld tokens, decode graph %s, programmatic launch %s\n", cw_cuda_info(M->c)->name,
-                (double)M->arena_bytes / 1e9, M->upload_s,
+                "chunk %lld tokens, decode graph %s, programmatic launch %s, side stream %s\n",
+                cw_cuda_info(M->c)->name, (double)M->arena_bytes / 1e9, M->upload_s,
                 (double)M->arena_bytes / 1e9 / (M->upload_s > 0 ? M->upload_s : 1e-9),
-                (long long)M->chunk, M->use_graph ? "on" : "off", pdl ? "on" : "off");
+                (long long)M->chunk, M->use_graph ? "on" : "off", pdl ? "on" : "off",
+                fork ? "on" : "off");
     *out = &M->base;
     return 0;
 }

@@ -20,6 +20,13 @@ struct cw_cuda {
     cublasHandle_t cublas;
     struct cw_cuda_device_info info;
     bool pdl; /* launch kernels with programmatic dependent launch (sm_90+) */
+    /* A second stream for a decode product that shares its x with the one
+     * before it but not its output (cw_k_matmul_multi's second Q8_K type):
+     * forked after x's quantising launch, joined before the next launch,
+     * so that the two products stream at once (cw_cuda_set_fork). */
+    cudaStream_t side;
+    cudaEvent_t fork_ev, join_ev;
+    bool fork;
 };
 
 /* Programmatic dependent launch (Hopper on): a kernel launched by cw_launch

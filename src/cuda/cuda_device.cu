@@ -56,7 +56,10 @@ int cw_cuda_open(struct cw_cuda **out, int dev, struct cw_err *err)
     if (cw_cuda_device_info(dev, &c->info, err))
         goto fail;
     if (cudaSetDevice(dev) != cudaSuccess ||
-        cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess) {
+        cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&c->fork_ev, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&c->join_ev, cudaEventDisableTiming) != cudaSuccess) {
         cw_errf(err, CW_ERR_DEVICE, "cuda: device %d: %s", dev,
                 cudaGetErrorString(cudaGetLastError()));
         goto fail;
@@ -67,6 +70,7 @@ int cw_cuda_open(struct cw_cuda **out, int dev, struct cw_err *err)
         goto fail;
     }
     c->pdl = c->info.major >= 9;
+    c->fork = true;
     *out = c;
     return 0;
 fail:
@@ -80,6 +84,12 @@ void cw_cuda_close(struct cw_cuda *c)
         return;
     if (c->cublas)
         cublasDestroy(c->cublas);
+    if (c->join_ev)
+        cudaEventDestroy(c->join_ev);
+    if (c->fork_ev)
+        cudaEventDestroy(c->fork_ev);
+    if (c->side)
+        cudaStreamDestroy(c->side);
     if (c->stream)
         cudaStreamDestroy(c->stream);
     free(c);
@@ -89,6 +99,12 @@ bool cw_cuda_set_pdl(struct cw_cuda *c, bool on)
 {
     c->pdl = on && c->info.major >= 9;
     return c->pdl;
+}
+
+bool cw_cuda_set_fork(struct cw_cuda *c, bool on)
+{
+    c->fork = on;
+    return c->fork;
 }
 
 const struct cw_cuda_device_info *cw_cuda_info(const struct cw_cuda *c)

@@ -2022,6 +2022,9 @@ struct xq_share {
     uint8_t *xq2;
     enum cw_qtype t2;
     const uint8_t *ready;
+    cudaEvent_t fork; /* recorded after the launch that writes xq2, or NULL ... */
+    bool *forked;     /* ... which then sets this */
+    bool side;        /* the launch on c->side (the reader of ready, forked) */
 };
 
 /* nm as an xq_once launch gets it: y dropped where off (no launch reads x
@@ -2170,6 +2173,10 @@ struct gemv_launch {
                 ? xq_launch2<T>(s, pdl, x0, a.ldx, n_tok, a.nb, xq_scr, nm ? &nq : NULL, sh.t2,
                                 sh.xq2)
                 : cudaSuccess;
+        if (e == cudaSuccess && once && !sh.ready && sh.xq2 && sh.fork) {
+            e = cudaEventRecord(sh.fork, s);
+            *sh.forked = e == cudaSuccess;
+        }
         for (int64_t t0 = 0; t0 < n_tok && e == cudaSuccess; t0 += ntg) {
             a.nt = (int)(n_tok - t0 < ntg ? n_tok - t0 : ntg);
             a.x = x0 + t0 * a.ldx;
@@ -2423,8 +2430,13 @@ static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const
                 bool y_off, void *d_scratch, const xq_share *sh, struct cw_err *err)
 {
     gemv_launch f;
-    f.s = c->stream;
-    f.pdl = c->pdl;
+    f.s = sh && sh->side ? c->side : c->stream;
+    /* the side stream's launch starts once x is written, not early: with
+     * programmatic launch its 2-an-SM blocks became resident beside the
+     * first product's before that one's 1-an-SM blocks, and the fork lost
+     * (H100, 27B tg128: 126.39 with it, 126.84 unforked, 127.09-127.29
+     * without it) */
+    f.pdl = c->pdl && !(sh && sh->side);
     f.a.nseg = n;
     int64_t rows = 0;
     for (int i = 0; i < MV_SEGS; i++) {
@@ -2449,7 +2461,7 @@ static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const
     f.q8k = cw_k_q8k(c, W[0]->type, W[0]->n_in, W[0]->n_out);
     f.a.xqg = NULL;
     f.xq_scr = (uint8_t *)d_scratch;
-    f.sh = sh ? *sh : xq_share{NULL, W[0]->type, NULL};
+    f.sh = sh ? *sh : xq_share{NULL, W[0]->type, NULL, NULL, NULL, false};
     f.nm = nm;
     f.y_off = y_off;
     f.fn = NULL;
@@ -2522,7 +2534,7 @@ extern "C" int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W,
     const struct cw_k_mat *Ws[1] = {W};
     float *ys[1] = {d_y};
     const int64_t ldys[1] = {ldy};
-    const xq_share sh = {NULL, W->type, (const uint8_t *)d_xq};
+    const xq_share sh = {NULL, W->type, (const uint8_t *)d_xq, NULL, NULL, false};
     return gemv(c, 1, Ws, d_x, ldx, n_tok, ys, ldys, true, d_scale_logit, nrm, NULL, false,
                 d_scratch, d_xq ? &sh : NULL, err);
 }
@@ -2622,8 +2634,13 @@ static int multi_run(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
     /* the second layout's copies after the first's in the scratch */
     const size_t qb = g2 >= 0 ? (size_t)n_tok * kq_xq_bytes((int)(W[first[gq]]->n_in / 256)) : 0;
     const enum cw_qtype t2 = W[first[g2 >= 0 ? g2 : 0]]->type;
-    const xq_share sh_q = {(uint8_t *)d_scratch + qb, t2, NULL};
-    const xq_share sh_2 = {NULL, t2, (const uint8_t *)d_scratch + qb};
+    /* the second layout's reader on c->side, forked once its x is written
+     * and joined before whatever follows, where c->fork: the two products
+     * stream at once instead of one after the other */
+    bool forked = false;
+    const xq_share sh_q = {(uint8_t *)d_scratch + qb, t2, NULL, c->fork ? c->fork_ev : NULL,
+                           &forked, false};
+    xq_share sh_2 = {NULL, t2, (const uint8_t *)d_scratch + qb, NULL, NULL, false};
     /* x not written where the caller reads none (nin->x_unread) and no
      * launch here reads it in f32: the fused group, and the one reading its
      * second layout, are all there is */
@@ -2641,10 +2658,21 @@ static int multi_run(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
         for (int j = 0; j < n; j++)
             if (grp[j] == g)
                 gw[m] = W[j], gy[m] = d_y[j], gl[m] = ldy[j], m++;
-        if (gemm ? cw_k_gemm(c, m, gw, d_x, ldx, n_tok, gy, gl, false, NULL, d_scratch, err)
+        sh_2.side = g == g2 && forked;
+        if (sh_2.side)
+            CW_CUDA_TRY(err, cudaStreamWaitEvent(c->side, c->fork_ev, 0));
+        const int rc =
+            gemm ? cw_k_gemm(c, m, gw, d_x, ldx, n_tok, gy, gl, false, NULL, d_scratch, err)
                  : gemv(c, m, gw, d_x, ldx, n_tok, gy, gl, false, NULL, NULL,
                         g == gn ? &nm : NULL, g == gn && y_off, d_scratch,
-                        g2 < 0 ? NULL : g == gq ? &sh_q : g == g2 ? &sh_2 : NULL, err))
+                        g2 < 0 ? NULL : g == gq ? &sh_q : g == g2 ? &sh_2 : NULL, err);
+        if (sh_2.side) { /* joined even after a failed launch: a capture ends joined */
+            const cudaError_t e1 = cudaEventRecord(c->join_ev, c->side);
+            const cudaError_t e2 = cudaStreamWaitEvent(c->stream, c->join_ev, 0);
+            if (!rc)
+                CW_CUDA_TRY(err, e1 != cudaSuccess ? e1 : e2);
+        }
+        if (rc)
             return -1;
     }
     return 0;

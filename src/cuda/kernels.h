@@ -102,9 +102,11 @@ int cw_k_matmul_add_norm(struct cw_cuda *c, const struct cw_k_mat *W, const floa
  * y_i [n_tok][ldy[i]]. In the GEMV regime (decode, drafts) the matrices of
  * one type and width that take the same x (cw_k_q8k) share a launch (up to
  * 4 per launch), and where two Q8_K types each quantise x once, one launch
- * quantises it for both; above it, x is converted for the tensor cores once
- * per width and each matrix multiplied in turn. Each result has the bits
- * cw_k_matmul would give it. */
+ * quantises it for both, the second type's launch then running on c's side
+ * stream beside the first's (cw_cuda_set_fork), joined into c's stream
+ * before the call returns; above it, x is converted for the tensor cores
+ * once per width and each matrix multiplied in turn. Each result has the
+ * bits cw_k_matmul would give it. */
 #define CW_K_MULTI_MAX 8
 int cw_k_matmul_multi(struct cw_cuda *c, int n, const struct cw_k_mat *const *W,
                       const float *d_x, int64_t ldx, int64_t n_tok, float *const *d_y,

@@ -52,8 +52,8 @@
  * (compare_gemm says why not per row).
  * Exact checks: the device argmax equals the argmax of the downloaded GPU
  * logits; two GPU runs are bit-identical; the decode graph with programmatic
- * dependent launch equals plain launches bit for bit (CWEN_CUDA_GRAPH=0,
- * CWEN_CUDA_PDL=0). The prompt token
+ * dependent launch and the side stream equals plain launches bit for bit
+ * (CWEN_CUDA_GRAPH=0, CWEN_CUDA_PDL=0, CWEN_CUDA_FORK=0). The prompt token
  * by token stays within TWIN_BOUND of chunks of 7 (bit-identical rows are
  * counted: both are the batch-invariant GEMV regime).
  *
@@ -572,17 +572,20 @@ static void prompt(int32_t *t, int n, uint32_t seed, uint32_t n_vocab)
     }
 }
 
-/* graph: the decode graph and programmatic dependent launch (both on by
- * default), or neither: plain launches in stream order */
+/* graph: the decode graph, programmatic dependent launch and the side
+ * stream's products (all on by default), or none: plain launches in one
+ * stream's order */
 static int open_cuda(struct cw_backend **b, const struct cw_qwen35_weights *w, bool graph,
                      struct cw_err *err)
 {
     struct cw_backend_opts o = {N_ALL + 8, NULL, 0};
     setenv("CWEN_CUDA_GRAPH", graph ? "1" : "0", 1);
     setenv("CWEN_CUDA_PDL", graph ? "1" : "0", 1);
+    setenv("CWEN_CUDA_FORK", graph ? "1" : "0", 1);
     int rc = cw_backend_open(b, "cuda", w, &o, err);
     unsetenv("CWEN_CUDA_GRAPH");
     unsetenv("CWEN_CUDA_PDL");
+    unsetenv("CWEN_CUDA_FORK");
     return rc;
 }
 

@@ -578,8 +578,11 @@ static void check_two_layouts(int64_t n_in)
             CK(cw_k_add_rmsnorm(C, dh, NULL, dnw, dxr, n_in, n_in, nt, 1e-6f, &E));
             for (int i = 0; i < N; i++)
                 CK(cw_k_matmul(C, &W[i], dxr, n_in, nt, dr[i], ldy[i], false, NULL, scr, &E));
-            /* x given, as the norm of h, the same with x unread */
-            for (int v = 0; v < 3; v++) {
+            /* x given, as the norm of h, the same with x unread; each
+             * with the second group on the side stream and after the first */
+            for (int vf = 0; vf < 6; vf++) {
+                const int v = vf % 3;
+                cw_cuda_set_fork(C, vf < 3);
                 const size_t xb = sizeof(float) * n_in * nt;
                 CK(cw_cuda_memset(C, dx, v == 2 ? 0xFF : 0, xb, &E));
                 for (int i = 0; i < N; i++)
@@ -611,9 +614,10 @@ static void check_two_layouts(int64_t n_in)
         }
         cw_cuda_free(C, scr);
     }
+    cw_cuda_set_fork(C, true);
     ok(same, "a q6_K group and a q4_K group x %lld, both orders, 1 and 5 tokens, x given, as "
-       "the norm of h and so with x unread: every output and x bit-equal to add_rmsnorm + "
-       "each matmul", (long long)n_in);
+       "the norm of h and so with x unread, the second group forked to the side stream and "
+       "not: every output and x bit-equal to add_rmsnorm + each matmul", (long long)n_in);
     ok(unread && fused, "... with x unread: x left as it was where the norm is fused (%s), "
        "written otherwise", n_in <= 5120 ? "it is" : "it is not, x too wide");
     norm_io_free(&io);
