@@ -2432,10 +2432,10 @@ static int gemv(struct cw_cuda *c, int n, const struct cw_k_mat *const *W, const
     gemv_launch f;
     f.s = sh && sh->side ? c->side : c->stream;
     /* the side stream's launch starts once x is written, not early: with
-     * programmatic launch its 2-an-SM blocks became resident beside the
-     * first product's before that one's 1-an-SM blocks, and the fork lost
-     * (H100, 27B tg128: 126.39 with it, 126.84 unforked, 127.09-127.29
-     * without it) */
+     * programmatic launch the fork lost (H100, 27B tg128: 126.39 with it,
+     * 126.84 unforked, 127.09-127.29 without it), likely because its
+     * blocks (2 an SM in the DeltaNet mixers) then took the SMs before the
+     * first product's (1 an SM); not measured further */
     f.pdl = c->pdl && !(sh && sh->side);
     f.a.nseg = n;
     int64_t rows = 0;
