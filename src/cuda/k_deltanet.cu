@@ -484,7 +484,8 @@ static __global__ void __launch_bounds__(DN_NORM_THREADS) norm_kernel(dn_args a)
 
 /* Pair p's 256 normed values (ys, shared memory, written and synchronised)
  * as block p of the token's Q8_K copy in T's layout, by the block's first
- * warp (kq_xq_block). */
+ * warp (kq_xq_block; its warp-reduction form, RX: this is the core's serial
+ * tail). */
 template <class T>
 static __device__ __forceinline__ void dn_pair_xq(const dn_args &a, const float *ys, int64_t p,
                                                   uint8_t *xq)
@@ -495,7 +496,8 @@ static __device__ __forceinline__ void dn_pair_xq(const dn_args &a, const float 
         const float4 *q = (const float4 *)(ys + 8 * threadIdx.x);
         const float4 lo = q[0], hi = q[1];
         float vv[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-        kq_xq_block<T>(vv, (int)t, (int)(p - t * half), nb, kq_xq_bytes(nb), xq, NULL);
+        kq_xq_block<T, T, true>(vv, (int)t, (int)(p - t * half), nb, kq_xq_bytes(nb), xq,
+                                NULL);
     }
 }
 

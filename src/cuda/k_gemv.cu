@@ -288,8 +288,17 @@ static __device__ __forceinline__ void mv_dot(const uint8_t *const *rows, const 
 #define XQB 4
 
 /* SM: x in shared memory (else global, read through L1). T2 other than T:
- * the same values also into xq2 in T2's layout (xq_launch's second copy). */
-template <class T, bool SM = false, class T2 = T>
+ * the same values also into xq2 in T2's layout (xq_launch's second copy).
+ * RX: kq_xq_block's warp reductions (kq_signed_max_rx), where the
+ * quantiser is on a launch's serial chain: the launches that only quantise
+ * (xq_kernel, xqn_kernel) and the per-block copies of gemv_flat_norm_kernel,
+ * gemv_stream_kernel and the routed slots kernel (the 35B's mixers,
+ * out-projections, LM heads, experts). gemv_flat_kernel and the dense
+ * gate/up keep the shuffles, their code as it was: with the reductions in
+ * every kernel the 27B's decode lost 2.6% (H100, its products' code moved).
+ * H100 tg128, the same bits: 27B 127.35, 127.21 -> 127.85, 127.72; 35B
+ * 461.56, 462.25 -> 465.77, 465.62. */
+template <class T, bool SM = false, class T2 = T, bool RX = false>
 static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int nt, int nb,
                                                uint8_t *xq, int warp, int nw,
                                                uint8_t *xq2 = NULL)
@@ -315,17 +324,17 @@ static __device__ __forceinline__ void xq_rows(const float *x, int64_t ldx, int 
         int t = it / nb, b = it - t * nb;
         float4 a = ld[k][0], c = ld[k][1];
         float v[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
-        kq_xq_block<T, T2>(v, t, b, nb, tb, xq, xq2);
+        kq_xq_block<T, T2, RX>(v, t, b, nb, tb, xq, xq2);
         }
     }
 }
 
 /* xq_rows by the warps of one block: its own copy in shared memory. */
-template <class T>
+template <class T, bool RX = false>
 static __device__ __forceinline__ void xq_stage(const float *x, int64_t ldx, int nt, int nb,
                                                 uint8_t *xq)
 {
-    xq_rows<T, false>(x, ldx, nt, nb, xq, threadIdx.x >> 5, blockDim.x >> 5);
+    xq_rows<T, false, T, RX>(x, ldx, nt, nb, xq, threadIdx.x >> 5, blockDim.x >> 5);
 }
 
 /* Wide x quantised once (xq_once): xq_kernel writes nt tokens' Q8_K copies
@@ -341,8 +350,9 @@ static __global__ void __launch_bounds__(XQ_THREADS)
     cw_pdl_wait();
     cw_pdl_launch_dependents();
     constexpr int nw = XQ_THREADS / 32;
-    xq_rows<T, false, T2>(x, ldx, nt, nb, xq, (int)blockIdx.x * nw + (threadIdx.x >> 5),
-                          (int)gridDim.x * nw, xq2);
+    xq_rows<T, false, T2, true>(x, ldx, nt, nb, xq,
+                                (int)blockIdx.x * nw + (threadIdx.x >> 5), (int)gridDim.x * nw,
+                                xq2);
 }
 
 /* x given as the norm of the residual stream (cw_k_norm_in): xq_kernel's
@@ -395,9 +405,9 @@ static __global__ void __launch_bounds__(B)
             for (int i = i0 * T::QK + (int)threadIdx.x; i < min(i0 + nw, nb) * T::QK; i += B)
                 y[i] = hs[i];
     }
-    xq_rows<T, true, T2>(hs, 0, 1, nb, xq + t * kq_xq_bytes(nb),
-                         (int)blockIdx.x * nw + (threadIdx.x >> 5), (int)gridDim.x * nw,
-                         xq2 ? xq2 + t * kq_xq_bytes(nb) : NULL);
+    xq_rows<T, true, T2, true>(hs, 0, 1, nb, xq + t * kq_xq_bytes(nb),
+                               (int)blockIdx.x * nw + (threadIdx.x >> 5), (int)gridDim.x * nw,
+                               xq2 ? xq2 + t * kq_xq_bytes(nb) : NULL);
 }
 
 /* bytes (a multiple of 16) of xq_kernel's output into shared memory, through
@@ -967,7 +977,7 @@ static __device__ void flat_norm_x(const xq_norm &xn, int nb, float *hs, uint8_t
     for (int i = (int)blockIdx.x * FLAT_THREADS + (int)threadIdx.x; i < n;
          i += (int)gridDim.x * FLAT_THREADS)
         xn.y[i] = hs[i];
-    xq_rows<T, true>(hs, 0, 1, nb, xqs, (int)threadIdx.x >> 5, FLAT_WARPS);
+    xq_rows<T, true, T, true>(hs, 0, 1, nb, xqs, (int)threadIdx.x >> 5, FLAT_WARPS);
 }
 
 /* The flat kernel's body; XN: x as the norm xn of h (one token,
@@ -1191,7 +1201,7 @@ static __global__ void __launch_bounds__(FLAT_THREADS) gemv_stream_kernel(const 
     if (a.xqg)
         xq_load(a.xqg, ql, xqs);
     else
-        xq_stage<T>(a.x, a.ldx, 1, nb, xqs);
+        xq_stage<T, true>(a.x, a.ldx, 1, nb, xqs);
     __syncthreads(); /* x, and the barriers' init, seen by every thread */
     const uint8_t *xq[1] = {xqs};
     for (int s = 0; s < ns; s++) {
@@ -1480,7 +1490,7 @@ static __device__ __forceinline__ void moe_gate_up_flat_body(const moe_args &a)
      * as soon as the ids arrive */
     const bool xpre = SL && a.xpre && !a.xqg;
     if (xpre)
-        xq_stage<T>(a.x + t * (int64_t)nb * T::QK, 0, 1, nb, xqs);
+        xq_stage<T, SL>(a.x + t * (int64_t)nb * T::QK, 0, 1, nb, xqs);
     cw_pdl_wait();
     cw_pdl_launch_dependents();
     const int e = shared ? 0 : moe_id(a, SL ? t * a.K + k : pair);
@@ -1495,7 +1505,7 @@ static __device__ __forceinline__ void moe_gate_up_flat_body(const moe_args &a)
     if (a.xqg)
         xq_load(a.xqg + (SL ? t : pair) * ql, (int)ql, xqs);
     else if (!xpre)
-        xq_stage<T>(a.x + t * (int64_t)nb * T::QK, 0, 1, nb, xqs);
+        xq_stage<T, SL>(a.x + t * (int64_t)nb * T::QK, 0, 1, nb, xqs);
     float *sv = (float *)(xqs + ql);
     __syncthreads();
     const uint8_t *xs[1] = {xqs};

@@ -767,6 +767,38 @@ struct kq_same<A, A> {
     enum { V = 1 };
 };
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+/* The signed largest of a warp's 256 values (lane holds 8*lane .. 8*lane+7
+ * in v), the first of the largest |x| as the CPU's quantiser picks it, for
+ * every lane, by sm_80's warp reductions: the largest |x| as its bits (the
+ * same order for non-negative floats; a NaN counts as 0, as the float
+ * compares of kq_xq_block's other form never pick one), then the first
+ * index holding it, then its sign from that lane: two reductions and a
+ * shuffle on the quantiser's serial chain instead of five rounds of three
+ * shuffles. */
+static __device__ __forceinline__ float kq_signed_max_rx(const float (&v)[8], int lane)
+{
+    unsigned key[8], m = 0u;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        key[j] = __float_as_uint(v[j]) & 0x7fffffffu;
+        key[j] = key[j] > 0x7f800000u ? 0u : key[j];
+        m = key[j] > m ? key[j] : m;
+    }
+    m = __reduce_max_sync(0xffffffffu, m);
+    if (!m)
+        return 0.0f;
+    unsigned idx = 256u;
+    float c = 0.0f;
+#pragma unroll
+    for (int j = 7; j >= 0; j--)
+        if (key[j] == m)
+            idx = 8u * lane + j, c = v[j];
+    idx = __reduce_min_sync(0xffffffffu, idx);
+    return __shfl_sync(0xffffffffu, c, (int)(idx >> 3));
+}
+#endif
+
 /* Block b of token t's Q8_K copy (tb = kq_xq_bytes(nb) bytes a token from
  * xq; the layout of T's units, rotated by xq_rot) from the 256 values whose
  * elements 8*lane .. 8*lane+7 this lane holds in v; T2 other than T: the
@@ -777,8 +809,10 @@ struct kq_same<A, A> {
  * an all-zero block gives d = 0, q = 0. All 32 lanes of the warp call it.
  * Its form (t and tb apart, v writable) is the code xq_rows had inline, so
  * that xq_rows keeps its instructions: a first form of this function
- * changed them in 62 kernels and cost the 27B's decode 0.8% (H200). */
-template <class T, class T2 = T>
+ * changed them in 62 kernels and cost the 27B's decode 0.8% (H200). RX
+ * (sm_80 on): the signed largest by kq_signed_max_rx instead, the same
+ * value; RX off leaves the code as it was. */
+template <class T, class T2 = T, bool RX = false>
 static __device__ __forceinline__ void kq_xq_block(float (&v)[8], int t, int b, int nb, int tb,
                                                    uint8_t *xq, uint8_t *xq2)
 {
@@ -787,19 +821,26 @@ static __device__ __forceinline__ void kq_xq_block(float (&v)[8], int t, int b, 
     const int lane = threadIdx.x & 31;
     float amax = 0.0f, mx = 0.0f;
     int idx = 256;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (RX)
+        mx = kq_signed_max_rx(v, lane);
+    else
+#endif
+    {
 #pragma unroll
-    for (int j = 0; j < 8; j++)
-        if (fabsf(v[j]) > amax)
-            amax = fabsf(v[j]), mx = v[j], idx = 8 * lane + j;
-    /* a total order (|x| descending, index ascending): every lane ends
-     * with the CPU's pick */
+        for (int j = 0; j < 8; j++)
+            if (fabsf(v[j]) > amax)
+                amax = fabsf(v[j]), mx = v[j], idx = 8 * lane + j;
+        /* a total order (|x| descending, index ascending): every lane ends
+         * with the CPU's pick */
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float oa = __shfl_xor_sync(0xffffffffu, amax, o);
-        float om = __shfl_xor_sync(0xffffffffu, mx, o);
-        int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (oa > amax || (oa == amax && oi < idx))
-            amax = oa, mx = om, idx = oi;
+        for (int o = 16; o > 0; o >>= 1) {
+            float oa = __shfl_xor_sync(0xffffffffu, amax, o);
+            float om = __shfl_xor_sync(0xffffffffu, mx, o);
+            int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+            if (oa > amax || (oa == amax && oi < idx))
+                amax = oa, mx = om, idx = oi;
+        }
     }
     uint32_t w[2] = {0u, 0u};
     int sum = 0;

@@ -625,31 +625,43 @@ static void check_two_layouts(int64_t n_in)
 
 /* The Q8_K quantiser's corner cases, bit-equal to the CPU's: an all-zero
  * block (d = 0), ties of |x| between signs (the first wins, so the scale's
- * sign follows it), a block of equal values, and q rounded to even at .5. */
-static void check_q8k_edges(enum cw_qtype type)
+ * sign follows it), a block of equal values, q rounded to even at .5, and
+ * subnormals beside a tie of the largest |x| (ordered by its bits in
+ * the warp reductions' form; the largest normal, so that the scale is
+ * finite). At n_in 1280 each block of the product quantises x (one token:
+ * on sm_90 gemv_stream_kernel, whose copy takes the reductions); at 4352
+ * (17 blocks) with scratch, xq_kernel once (the reductions from sm_80 on). */
+static void check_q8k_edges_at(enum cw_qtype type, int64_t n_in, int once)
 {
     struct hmat m;
-    const int64_t n_in = 1280, n_out = 2400;
+    const int64_t n_out = 2400;
     if (!cw_k_q8k(C, type, n_in, n_out)) {
         skip("%s %lld rows: not the Q8_K path (cw_k_q8k)", cw_qtype_name(type),
              (long long)n_out);
         return;
     }
     hmat_make(&m, type, n_in, n_out);
-    float x[1280];
+    float *x = malloc(sizeof(float) * n_in), *y = malloc(sizeof(float) * n_out);
     fill_x(x, n_in);
     for (int i = 0; i < 256; i++)
         x[i] = 0.0f, x[1024 + i] = 1.0f; /* block 0 zero, block 4 all equal */
     x[256 + 10] = -3.5f, x[256 + 200] = 3.5f; /* block 1: tie, negative first */
     x[512 + 0] = 4.0f, x[512 + 255] = -4.0f;  /* block 2: tie, positive first */
     x[768 + 3] = -127.0f, x[768 + 4] = 2.5f, x[768 + 5] = 3.5f, x[768 + 6] = -0.5f; /* halves */
+    if (n_in >= 1536) { /* block 5: subnormals, the largest two near them, tied, negative first */
+        for (int i = 0; i < 256; i++)
+            x[1280 + i] = ldexpf((float)(i % 13 + 1), -140) * (i & 1 ? -1.0f : 1.0f);
+        x[1280 + 77] = -ldexpf(1.0f, -120), x[1280 + 90] = ldexpf(1.0f, -120);
+    }
     void *dw = dalloc(m.rb * n_out);
-    float *dx = dalloc(sizeof x), *dy = dalloc(sizeof(float) * n_out), y[2400];
+    float *dx = dalloc(sizeof(float) * n_in), *dy = dalloc(sizeof(float) * n_out);
     up(dw, m.q, m.rb * n_out);
-    up(dx, x, sizeof x);
+    up(dx, x, sizeof(float) * n_in);
     struct cw_k_mat W = {type, dw, m.rb, 0, n_in, n_out};
-    CK(cw_k_matmul(C, &W, dx, n_in, 1, dy, n_out, false, NULL, NULL, &E));
-    down(y, dy, sizeof y);
+    const size_t ns = once ? cw_k_matmul_scratch(&W, 1) : 0;
+    void *scr = ns ? dalloc(ns) : NULL;
+    CK(cw_k_matmul(C, &W, dx, n_in, 1, dy, n_out, false, NULL, scr, &E));
+    down(y, dy, sizeof(float) * n_out);
     void *xq = malloc(cw_cpu_act_bytes(type, n_in));
     cw_cpu_quantize_act(type, x, xq, n_in);
     int same = 1;
@@ -657,11 +669,19 @@ static void check_q8k_edges(enum cw_qtype type)
         float c = cw_cpu_vec_dot(type, n_in, m.q + r * m.rb, xq);
         same &= !memcmp(&c, &y[r], 4);
     }
-    ok(same, "gemv %s: zero block, sign ties, equal values, halves: bit-equal to the CPU",
-       cw_qtype_name(type));
-    free(xq);
-    cw_cuda_free(C, dw), cw_cuda_free(C, dx), cw_cuda_free(C, dy);
+    ok(same && (!once || ns),
+       "gemv %s x %lld (%s): zero block, sign ties, equal values, halves%s: bit-equal to the CPU",
+       cw_qtype_name(type), (long long)n_in, once ? "x quantised once" : "per block",
+       n_in >= 1536 ? ", subnormals" : "");
+    free(xq), free(x), free(y);
+    cw_cuda_free(C, dw), cw_cuda_free(C, dx), cw_cuda_free(C, dy), cw_cuda_free(C, scr);
     hmat_free(&m);
+}
+
+static void check_q8k_edges(enum cw_qtype type)
+{
+    check_q8k_edges_at(type, 1280, 0);
+    check_q8k_edges_at(type, 4352, 1);
 }
 
 /* x quantised once for all blocks (a wide Q8_K product given scratch:
