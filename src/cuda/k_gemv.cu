@@ -666,6 +666,7 @@ static __device__ __forceinline__ void lpb_block(const uint8_t *bp, const uint8_
     for (int t = 0; t < NT; t++)
         sb[t] = make_int2(0, 0);
     kq_iu u;
+    kq_bs8 bs[NT];
 #pragma unroll
     for (int p = 0; p < 8; p++) {
         I::template unit<SM>(bp, p, u);
@@ -675,8 +676,10 @@ static __device__ __forceinline__ void lpb_block(const uint8_t *bp, const uint8_
             const uint8_t *qb = xq[t] + 256 * b;
             const uint4 xa = *(const uint4 *)(qb + 16 * gq);
             const uint4 xb = *(const uint4 *)(qb + 16 * (8 + gq));
-            const int16_t *bs = (const int16_t *)(xq[t] + 256 * nb) + 16 * b;
-            const int2 d = I::dot(u, xa, xb, bs, p);
+            /* units 0-3 read bsums 0-7, units 4-7 bsums 8-15 (kq_bs8) */
+            if (p % 4 == 0)
+                bs[t] = kq_bs8{*(const uint4 *)(xq[t] + 256 * nb + 32 * b + 4 * p), 2 * p};
+            const int2 d = I::dot(u, xa, xb, bs[t], p);
             sb[t].x += d.x, sb[t].y += d.y;
         }
     }

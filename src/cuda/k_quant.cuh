@@ -614,6 +614,27 @@ struct kq_iu {
     float d, dmin;
 };
 
+/* Eight of a Q8_K block's 16 bsums, base .. base + 7, held in registers:
+ * the dots' bs[i] for i in that range (lpb_block loads them by halves).
+ * One lane a block reads its bsums 32 bytes from its neighbour's, so a
+ * 2-byte load from shared memory hits each bank 8 times over: 16 of them
+ * took 128 wavefronts a block, more than its weights and x (36 + 64);
+ * two 16-byte loads take 16. The flat products' chunks are bound
+ * by shared-memory traffic, not by issue (a study computing half of each
+ * block's units: 27B +4.2%; twice the dp4a work: no slower). H100 tg128,
+ * the same bits: 27B 128.06, 127.88 -> 129.83, 130.17; 35B 463.28,
+ * 464.24 -> 466.24, 467.79. */
+struct kq_bs8 {
+    uint4 v;
+    int base;
+    __device__ int operator[](int i) const
+    {
+        const int k = i - base;
+        const uint32_t w = k >> 1 == 0 ? v.x : k >> 1 == 1 ? v.y : k >> 1 == 2 ? v.z : v.w;
+        return k & 1 ? (int)w >> 16 : (int)(int16_t)(w & 0xFFFFu);
+    }
+};
+
 /* Default: not a Q8_K type. */
 template <class T>
 struct kq_q8k {
@@ -654,8 +675,9 @@ struct kq_k4_int {
     /* this lane's share of the block's sumi and summ (cpu_dot_ref.c):
      * Σ sc_s q x over its 32 weights, and m_s times the bsums of its two
      * 16-runs (the block's 8 lanes cover each bsum once) */
-    static __device__ int2 dot(const kq_iu &u, const uint4 &xa, const uint4 &xb,
-                               const int16_t *bs, int p)
+    template <class BS>
+    static __device__ int2 dot(const kq_iu &u, const uint4 &xa, const uint4 &xb, const BS &bs,
+                               int p)
     {
         int c = p >> 1, hf = p & 1;
         int dl = kq_dp4a((int)u.q[0], (int)xa.x, 0);
@@ -713,8 +735,9 @@ struct kq_k6_int {
                 u.q[2 * k + i] = kq_k6_word(A[i], B[i], C[i], k);
         }
     }
-    static __device__ int2 dot(const kq_iu &u, const uint4 &xa, const uint4 &xb,
-                               const int16_t *bs, int p)
+    template <class BS>
+    static __device__ int2 dot(const kq_iu &u, const uint4 &xa, const uint4 &xb, const BS &bs,
+                               int p)
     {
         uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
         int s = 0;
