@@ -604,6 +604,14 @@ static __device__ __forceinline__ int kq_dp4a(int a, int b, int c)
     return d;
 }
 
+/* dp4a of unsigned bytes a with signed bytes b */
+static __device__ __forceinline__ int kq_dp4a_us(int a, int b, int c)
+{
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
 /* One row's unit for the integer product: 8 words of weight bytes matched
  * word for word with the lane's 32 x bytes (granule p: words 0-3, granule
  * 8 + p: words 4-7), the scale of each word pair, the mins of the two
@@ -669,7 +677,7 @@ struct kq_k4_int {
             u.m[h] = m;
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                u.q[4 * h + i] = kq_k4_word<Q5>(q[i], qh[i], h, s);
+                u.q[4 * h + i] = !Q5 && h ? q[i] & 0xF0F0F0F0u : kq_k4_word<Q5>(q[i], qh[i], h, s);
         }
     }
     /* this lane's share of the block's sumi and summ (cpu_dot_ref.c):
@@ -684,10 +692,23 @@ struct kq_k4_int {
         dl = kq_dp4a((int)u.q[1], (int)xa.y, dl);
         dl = kq_dp4a((int)u.q[2], (int)xa.z, dl);
         dl = kq_dp4a((int)u.q[3], (int)xa.w, dl);
-        int dh = kq_dp4a((int)u.q[4], (int)xb.x, 0);
-        dh = kq_dp4a((int)u.q[5], (int)xb.y, dh);
-        dh = kq_dp4a((int)u.q[6], (int)xb.z, dh);
-        dh = kq_dp4a((int)u.q[7], (int)xb.w, dh);
+        int dh;
+        if (Q5) {
+            dh = kq_dp4a((int)u.q[4], (int)xb.x, 0);
+            dh = kq_dp4a((int)u.q[5], (int)xb.y, dh);
+            dh = kq_dp4a((int)u.q[6], (int)xb.z, dh);
+            dh = kq_dp4a((int)u.q[7], (int)xb.w, dh);
+        } else {
+            /* Q4_K's high nibbles left in place (unit) and read as
+             * unsigned bytes: 16 times their sum, exactly, so one shift a
+             * unit instead of one a word (H100 tg128, the same bits: 27B
+             * 129.34, 129.99 -> 129.82, 130.20; 35B 463.31, 467.15 ->
+             * 465.79, 467.20) */
+            dh = kq_dp4a_us((int)u.q[4], (int)xb.x, 0);
+            dh = kq_dp4a_us((int)u.q[5], (int)xb.y, dh);
+            dh = kq_dp4a_us((int)u.q[6], (int)xb.z, dh);
+            dh = kq_dp4a_us((int)u.q[7], (int)xb.w, dh) >> 4;
+        }
         return make_int2(u.sc[0] * dl + u.sc[2] * dh,
                          u.m[0] * bs[4 * c + hf] + u.m[1] * bs[4 * c + 2 + hf]);
     }
