@@ -650,7 +650,9 @@ struct kq_q8k {
 };
 
 /* Q4_K/Q5_K unit p (c = p/2, hf = p%2): words 0-3 = 16 low nibbles of
- * sub-block 2c (elements 16hf..), words 4-7 = 16 high nibbles of 2c+1. */
+ * sub-block 2c (elements 16hf..), words 4-7 = 16 high nibbles of 2c+1
+ * (Q4_K: left in their bytes' high halves, 16 times their value, which
+ * dot divides out of the sum). */
 template <bool Q5>
 struct kq_k4_int {
     enum { ON = 1 };
