@@ -656,7 +656,7 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a
 /* Block b's value v_b (I::comb of its integer shares, summed in the lane)
  * for each of NT tokens: the per-block step of mv_dot_q8k_lpb and of the
  * flat kernels. bp: the block's bytes, in global memory or (SM) shared. */
-template <class T, int NT, bool SM = false>
+template <class T, int NT, bool SM = false, bool CV = false>
 static __device__ __forceinline__ void lpb_block(const uint8_t *bp, const uint8_t *const *xq,
                                                  int nb, int b, float (&v)[NT])
 {
@@ -667,9 +667,17 @@ static __device__ __forceinline__ void lpb_block(const uint8_t *bp, const uint8_
         sb[t] = make_int2(0, 0);
     kq_iu u;
     kq_bs8 bs[NT];
+    /* CV: a Q6_K block read whole by its 16-byte cover (kq_k6_words) */
+    constexpr bool W6 = SM && CV && kq_same<T, kt_q6_k>::V;
+    uint32_t bw[W6 ? 53 : 1];
+    if constexpr (W6)
+        kq_k6_words(bp, bw);
 #pragma unroll
     for (int p = 0; p < 8; p++) {
-        I::template unit<SM>(bp, p, u);
+        if constexpr (W6)
+            I::unit_w(bw, p, u);
+        else
+            I::template unit<SM>(bp, p, u);
         const int gq = (p + b) & 7; /* granule p of block b, rotated */
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -935,7 +943,7 @@ static __device__ __forceinline__ void flat_stream(const UnitAt &unit_at, int nu
         if (u < nun) {
             const int b = u % nb;
             float v[NT];
-            lpb_block<T, NT, true>(
+            lpb_block<T, NT, true, true>(
                 flat_block<T>(unit_at, c, nun, stg + buf * flat_chunk_bytes<T>(), lane), xq, nb,
                 b, v);
 #pragma unroll

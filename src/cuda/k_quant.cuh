@@ -758,6 +758,23 @@ struct kq_k6_int {
                 u.q[2 * k + i] = kq_k6_word(A[i], B[i], C[i], k);
         }
     }
+    /* unit p from the block's words held in registers (kq_k6_words) */
+    static __device__ void unit_w(const uint32_t (&bw)[53], int p, kq_iu &u)
+    {
+        const int hh = p >> 2, l0 = 8 * (p & 3), j = 2 * (p & 3);
+        u.d = cw_dev_f16_to_f32((uint16_t)(bw[52] & 0xFFFFu));
+        u.dmin = 0.0f;
+        u.m[0] = u.m[1] = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int e = 8 * hh + 2 * k + (l0 >> 4); /* scale byte, after 192 */
+            u.sc[k] = (int)(int8_t)(bw[48 + (e >> 2)] >> (8 * (e & 3)));
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                u.q[2 * k + i] = kq_k6_word(bw[16 * hh + j + i], bw[16 * hh + 8 + j + i],
+                                            bw[32 + 8 * hh + j + i], k);
+        }
+    }
     template <class BS>
     static __device__ int2 dot(const kq_iu &u, const uint4 &xa, const uint4 &xb, const BS &bs,
                                int p)
@@ -784,6 +801,39 @@ struct kq_k6_int {
         return __fmul_rn(__fmul_rn(dx, u.d), __int2float_rn(s.x));
     }
 };
+
+/* A Q6_K block at b, 2-byte aligned in shared memory (the flat kernels'
+ * stage, blocks 210 bytes apart), as its 53 little-endian words (the last
+ * holds only d): the 14 aligned 16-byte words that cover it, then each
+ * word shifted into place. For the 8 lanes of a quarter warp, blocks 210
+ * bytes apart start in 8 distinct 16-byte bank groups, so the 14 loads
+ * take 56 wavefronts where the units' 4-byte and byte loads took about
+ * 140 (2-way). Reads up to 14 bytes past the block: the caller's stage
+ * has them. */
+static __device__ __forceinline__ void kq_k6_words(const uint8_t *b, uint32_t (&bw)[53])
+{
+    const unsigned sh = (unsigned)(uintptr_t)b & 15u, s = sh >> 2;
+    const uint4 *al = (const uint4 *)(b - sh);
+    uint32_t w[56];
+#pragma unroll
+    for (int i = 0; i < 14; i++) {
+        const uint4 v = al[i];
+        w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+    }
+    /* w[s + k] for k < 54, by the two bits of s */
+    uint32_t t[55];
+#pragma unroll
+    for (int k = 0; k < 55; k++)
+        t[k] = s & 1 ? w[k + 1] : w[k];
+    uint32_t v[54];
+#pragma unroll
+    for (int k = 0; k < 54; k++)
+        v[k] = s & 2 ? (k + 2 < 55 ? t[k + 2] : 0u) : t[k];
+    const unsigned f = 8 * (sh & 3); /* 0 or 16: b is 2-byte aligned */
+#pragma unroll
+    for (int k = 0; k < 53; k++)
+        bw[k] = __funnelshift_r(v[k], v[k + 1], f);
+}
 
 template <>
 struct kq_q8k<kt_q4_k> : kq_k4_int<false> {};
