@@ -13,6 +13,8 @@
 #   CWEN_VOCAB, CWEN_TEMPLATE  tokenizer GGUF and chat template for mkmodel
 #                              (needed where the llama.cpp oracle is absent)
 #   BENCH_MODELS ["35b-a3b 27b"]  BENCH_DIR [/dev/shm]  BENCH_BUILD [build-gpu]
+#   BENCH_CWEN  a cwen binary built elsewhere (for sm_90): no build here, which
+#               saves the device's minutes of nvcc (the deps still serve its runs)
 #   BENCH_ARGS ["-p 512,2048 -n 128 -d 0,16384 -r 3"]  BENCH_REGEN=1 rewrites files
 #   BENCH_DEPS  a folder from scripts/device-deps.sh, for a machine without
 #               Debian's jansson and libmicrohttpd (the H200 machine): its
@@ -54,15 +56,20 @@ if [ -n "${BENCH_DEPS:-}" ]; then
     [ -f "$BENCH_DEPS/Qwen3.5-4B.jinja" ] && : "${CWEN_TEMPLATE:=$BENCH_DEPS/Qwen3.5-4B.jinja}"
 fi
 
-echo "== building cwen (Release, sm_90) in $BUILD"
-if ! { cmake -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-           "${cmake_deps[@]}" >"$out/cmake.log" 2>&1 &&
-       cmake --build "$BUILD" -j"$JOBS" --target cwen >>"$out/cmake.log" 2>&1; }; then
-    echo "bench-gpu: build failed; its last lines:" >&2
-    tail -n 20 "$out/cmake.log" >&2
-    exit 1
+if [ -n "${BENCH_CWEN:-}" ]; then
+    [ -x "$BENCH_CWEN" ] || { echo "bench-gpu: BENCH_CWEN=$BENCH_CWEN is not an executable" >&2; exit 1; }
+    echo "== cwen given: $BENCH_CWEN (not built here)"
+else
+    echo "== building cwen (Release, sm_90) in $BUILD"
+    if ! { cmake -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+               "${cmake_deps[@]}" >"$out/cmake.log" 2>&1 &&
+           cmake --build "$BUILD" -j"$JOBS" --target cwen >>"$out/cmake.log" 2>&1; }; then
+        echo "bench-gpu: build failed; its last lines:" >&2
+        tail -n 20 "$out/cmake.log" >&2
+        exit 1
+    fi
 fi
-CWEN=$BUILD/cwen
+CWEN=${BENCH_CWEN:-$BUILD/cwen}
 
 gen_args=()
 [ -n "${CWEN_VOCAB:-}" ] && gen_args+=(--vocab "$CWEN_VOCAB")
