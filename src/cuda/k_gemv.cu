@@ -785,6 +785,61 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_lpb_kernel(const mv_ar
     cw_norm_epilogue<WARPS * 32>(a.epi, a.seg[0].y, a.seg[0].ldy, a.nt, smem);
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ unsigned smem_u32(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+#endif
+
+/* n barriers of one arrival each, their init visible to the copy engine. */
+static __device__ __forceinline__ void mbar_init(uint64_t *bar, int n)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    for (int k = 0; k < n; k++)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bar[k])) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+/* Waits for the phase of bar with this parity to complete. */
+static __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                     "selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"(smem_u32(bar)), "r"(parity)
+                     : "memory");
+#endif
+}
+
+/* bar's one arrival, which also expects bytes more of the copy engine's
+ * writes (issued after it) before its phase completes */
+static __device__ __forceinline__ void mbar_expect(uint64_t *bar, unsigned bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+#endif
+}
+
+/* bytes (a multiple of 16; both addresses 16-byte aligned) from global src
+ * to shared dst by the bulk copy engine, completing on bar */
+static __device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes,
+                                                 uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+#endif
+}
+
 /* The Q8_K products (Q4_K, Q5_K, Q6_K) whose rows hold 8 blocks or more
  * (flat_use): the lpb kernels give a row's 8 lanes nb/8 blocks each in
  * turn, and a 5120-row matrix then fills only ~10 warps per SM of an H200
@@ -795,13 +850,14 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_lpb_kernel(const mv_ar
  * thread (r, j) adds row r's v_b of blocks j, j+8, ... in order and the 8
  * lanes end with lpb_reduce8: the same values added in the same order as
  * mv_dot_q8k_lpb, so the CPU's bits. A chunk's bytes come into shared
- * memory by cp.async (flat_fetch), the next chunk's in flight while one is
- * computed: lanes reading 144-byte blocks straight from global memory
- * touch ~36 lines per load instruction, and an earlier form of this
- * kernel that did so (one unit's prefetch ahead) ran at 1.1 TB/s. Q6_K's
- * 210-byte blocks come the same way (flat_slot), where mv_dot_q8k's 8 lanes
- * per block ran the 27B's Q6_K products at 2.2-2.5 TB/s. The host sizes
- * a.fr for one wave of FLAT_CPS blocks per SM (flat_plan). */
+ * memory by the bulk copy engine or cp.async (flat_fetch), the next
+ * chunk's in flight while one is computed: lanes reading 144-byte blocks
+ * straight from global memory touch ~36 lines per load instruction, and
+ * an earlier form of this kernel that did so (one unit's prefetch ahead)
+ * ran at 1.1 TB/s. Q6_K's 210-byte blocks come the same way (flat_slot),
+ * where mv_dot_q8k's 8 lanes per block ran the 27B's Q6_K products at
+ * 2.2-2.5 TB/s. The host sizes a.fr for one wave of FLAT_CPS blocks per
+ * SM (flat_plan). */
 #define FLAT_THREADS 256
 #define FLAT_WARPS (FLAT_THREADS / 32)
 #define FLAT_CPS 2
@@ -879,27 +935,128 @@ static __device__ __forceinline__ int flat_off(const uint8_t *p)
     return T::BB % 16 ? (int)((uintptr_t)p & 15) : 0;
 }
 
-/* Starts the copy of chunk c into the stage st (flat_slot's layout), and
- * commits it (an empty group past the end, so that the waits count alike
- * in every lane). Where the chunk's blocks lie back to back the lanes copy
- * consecutive 16-byte pieces: 512 bytes in a row per instruction. */
-template <class T, class UnitAt>
+/* sm_90 on: a chunk's copy by the bulk copy engine, completing on its
+ * stage's mbarrier (flat_ring), so that the weights no longer pass through
+ * the SM's load path, whose wavefronts bound a chunk's compute (2026-12-06d:
+ * the 16-byte cp.async writes were 36 of a Q4_K block's ~150). H100 tg128,
+ * the same bits, in three calls: 27B 131.14, 131.13, 130.98, 131.10 ->
+ * 132.22, 132.02, 132.19, 131.87; 35B 470.68, 469.25 -> 480.51, 479.0.
+ * Asking for the warp's second chunk before the PDL wait too lost on the
+ * 27B (129.06, 128.98). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FLAT_BULK 1
+#else
+#define FLAT_BULK 0
+#endif
+
+/* Whether the NT-token flat kernels take their chunks by bulk copies: the
+ * one-token ones, where it was measured. The others keep the cp.async
+ * ring, their code as it was (with the barriers, ptxas gave the Q6_K
+ * 8-token kernel 128 registers and 44 bytes of spills where it had 173
+ * and none). */
+template <int NT>
+static __device__ __forceinline__ constexpr bool flat_bulk()
+{
+    return FLAT_BULK && NT == 1;
+}
+
+/* A warp's NS = 2 stage barriers (flat_bulk) and the parity of each one's
+ * next phase (bit k: stage k), carried across the groups of a block. */
+struct flat_ring {
+    uint64_t *bar;
+    unsigned ph;
+};
+
+/* The warp's ring: with BK its barriers in bars (FLAT_WARPS * 2 of them,
+ * shared), initialised by its lane 0 before any copy. */
+template <bool BK>
+static __device__ __forceinline__ flat_ring flat_ring_init(uint64_t *bars)
+{
+    if constexpr (!BK)
+        return flat_ring{bars, 0u};
+    uint64_t *bar = bars + 2 * (threadIdx.x >> 5);
+    if ((threadIdx.x & 31) == 0)
+        mbar_init(bar, 2);
+    __syncwarp();
+    return flat_ring{bar, 0u};
+}
+
+/* v summed over the warp's lanes */
+static __device__ __forceinline__ unsigned flat_warp_add(unsigned v)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_add_sync(0xffffffffu, v);
+#else
+    for (int o = 16; o; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+#endif
+}
+
+/* Starts the copy of chunk c into stage k (at st, flat_slot's layout) of
+ * the ring. Where the chunk's blocks lie back to back: one bulk copy of
+ * their 16-byte-aligned cover (BK, flat_bulk), or the lanes' 16-byte
+ * cp.async pieces, 512 bytes in a row per instruction; else lane by lane.
+ * cp.async's copy is committed (an empty group past the end, so that the
+ * waits count alike in every lane); with BK nothing is asked past the
+ * end, and that stage is not waited for. */
+template <class T, bool BK, class UnitAt>
 static __device__ __forceinline__ void flat_fetch(const UnitAt &unit_at, int c, int nun,
-                                                  uint8_t *st, int lane)
+                                                  uint8_t *st, const flat_ring &rg, int k,
+                                                  int lane)
 {
     const uint8_t *p0;
     int n;
-    if (flat_chunk<T>(unit_at, c, nun, p0, n)) {
+    const bool run = flat_chunk<T>(unit_at, c, nun, p0, n);
+    if constexpr (BK) {
+        if (n <= 0)
+            return;
+        if (run) {
+            if (lane == 0) {
+                const int o = flat_off<T>(p0);
+                const unsigned len = (unsigned)(o + n * T::BB + 15) / 16 * 16;
+                mbar_expect(rg.bar + k, len);
+                bulk_copy(st, p0 - o, len, rg.bar + k);
+            }
+            return;
+        }
+        const uint8_t *p = lane < n ? unit_at(32 * c + lane) : p0;
+        const int o = flat_off<T>(p);
+        const unsigned len = lane < n ? (unsigned)(o + T::BB + 15) / 16 * 16 : 0u;
+        const unsigned tot = flat_warp_add(len);
+        if (lane == 0)
+            mbar_expect(rg.bar + k, tot);
+        __syncwarp();
+        if (lane < n)
+            bulk_copy(st + lane * flat_slot<T>(), p - o, len, rg.bar + k);
+        return;
+    }
+    (void)rg, (void)k;
+    if (run) {
         const int o = flat_off<T>(p0);
-        for (int k = lane; k < (o + n * T::BB + 15) / 16; k += 32)
-            cw_cp16(st + 16 * k, p0 - o + 16 * k);
+        for (int q = lane; q < (o + n * T::BB + 15) / 16; q += 32)
+            cw_cp16(st + 16 * q, p0 - o + 16 * q);
     } else if (lane < n) {
         const uint8_t *p = unit_at(32 * c + lane);
         const int o = flat_off<T>(p);
-        for (int k = 0; k < (o + T::BB + 15) / 16; k++)
-            cw_cp16(st + lane * flat_slot<T>() + 16 * k, p - o + 16 * k);
+        for (int q = 0; q < (o + T::BB + 15) / 16; q++)
+            cw_cp16(st + lane * flat_slot<T>() + 16 * q, p - o + 16 * q);
     }
     cw_cp_commit();
+}
+
+/* Waits for stage k's chunk (every lane's copies). */
+template <bool BK>
+static __device__ __forceinline__ void flat_wait(flat_ring &rg, int k)
+{
+    if constexpr (BK) {
+        mbar_wait(rg.bar + k, (rg.ph >> k) & 1u);
+        rg.ph ^= 1u << k;
+    } else {
+        (void)rg, (void)k;
+        cw_cp_wait<1>(); /* this lane's copies of the chunk (NS = 2) */
+        __syncwarp();    /* ... and every lane's */
+    }
 }
 
 /* This lane's block of chunk c in its stage st (flat_fetch's layout). */
@@ -916,29 +1073,30 @@ static __device__ __forceinline__ const uint8_t *flat_block(const UnitAt &unit_a
 
 /* v_b of the nun units of a group (chunks warp, warp + FLAT_WARPS, ...)
  * for the nt tokens into sv[t * stride + u]. stg: this warp's NS = 2
- * stages, a ring; pre: its first chunk is already fetched into the first
- * (before the PDL wait, or through the previous group's sums). Ends with
- * no copy in flight. Three stages for the 27B's Q6_K launches (one block
- * an SM: room for them) ran 147.9 tok/s against the same binary's 150.0
- * with two (H200, 2026-12-04). This ring form itself ran the 27B at 150.0
- * against 147.6-148.4 for the buffer flag it replaced, the same bits: a
- * change of the compiler's schedule whose cause was not found. */
+ * stages, a ring (rg); pre: its first chunk is already fetched into the
+ * first (before the PDL wait, or through the previous group's sums). Ends
+ * with no copy in flight. Three stages for the 27B's Q6_K launches (one
+ * block an SM: room for them) ran 147.9 tok/s against the same binary's
+ * 150.0 with two (H200, 2026-12-04). This ring form itself ran the 27B at
+ * 150.0 against 147.6-148.4 for the buffer flag it replaced, the same
+ * bits: a change of the compiler's schedule whose cause was not found. */
 template <class T, int NT, class UnitAt>
 static __device__ __forceinline__ void flat_stream(const UnitAt &unit_at, int nun, int nb,
                                                    const uint8_t *const *xq, int nt, float *sv,
-                                                   int stride, uint8_t *stg, bool pre)
+                                                   int stride, uint8_t *stg, flat_ring &rg,
+                                                   bool pre)
 {
     constexpr int NS = 2;
+    constexpr bool BK = flat_bulk<NT>();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nch = (nun + 31) / 32;
     if (!pre)
-        flat_fetch<T>(unit_at, warp, nun, stg, lane);
+        flat_fetch<T, BK>(unit_at, warp, nun, stg, rg, 0, lane);
     int buf = 0, nxt = NS - 1;
     for (int c = warp; c < nch; c += FLAT_WARPS) {
-        flat_fetch<T>(unit_at, c + (NS - 1) * FLAT_WARPS, nun,
-                      stg + nxt * flat_chunk_bytes<T>(), lane);
+        flat_fetch<T, BK>(unit_at, c + (NS - 1) * FLAT_WARPS, nun,
+                          stg + nxt * flat_chunk_bytes<T>(), rg, nxt, lane);
         nxt = nxt + 1 == NS ? 0 : nxt + 1;
-        cw_cp_wait<NS - 1>(); /* chunk c: this lane's copies */
-        __syncwarp();    /* ... and every lane's */
+        flat_wait<BK>(rg, buf); /* chunk c */
         const int u = 32 * c + lane;
         if (u < nun) {
             const int b = u % nb;
@@ -954,7 +1112,8 @@ static __device__ __forceinline__ void flat_stream(const UnitAt &unit_at, int nu
         buf = buf + 1 == NS ? 0 : buf + 1;
         __syncwarp(); /* the stage is refilled NS chunks on */
     }
-    cw_cp_wait<0>();
+    if constexpr (!BK)
+        cw_cp_wait<0>();
 }
 
 /* Row r's product for thread (r, j = lane & 7): slot j's blocks in order,
@@ -1007,8 +1166,11 @@ static __device__ __forceinline__ void gemv_flat_body(const mv_args &a, const xq
         return mv_row(a, r0 + r) + (size_t)(u - r * nb) * T::BB;
     };
     auto rows_of = [&](int64_t r) { return (int)(a.n_out - r < fr ? a.n_out - r : fr); };
+    __shared__ uint64_t bars[flat_bulk<NT>() ? 2 * FLAT_WARPS : 1];
+    flat_ring ring = flat_ring_init<flat_bulk<NT>()>(bars);
     /* the warp's first chunk, asked for before the wait */
-    flat_fetch<T>(unit_at, threadIdx.x >> 5, rows_of(r0) * nb, stg, lane);
+    flat_fetch<T, flat_bulk<NT>()>(unit_at, threadIdx.x >> 5, rows_of(r0) * nb, stg, ring, 0,
+                                   lane);
     cw_pdl_wait();
     cw_pdl_launch_dependents();
     const size_t ql = (size_t)kq_xq_bytes(nb);
@@ -1029,13 +1191,14 @@ static __device__ __forceinline__ void gemv_flat_body(const mv_args &a, const xq
         const int64_t rb = gr * fr;
         const int nr = rows_of(rb);
         r0 = rb;
-        flat_stream<T, NT>(unit_at, nr * nb, nb, xq, a.nt, sv, stride, stg, true);
+        flat_stream<T, NT>(unit_at, nr * nb, nb, xq, a.nt, sv, stride, stg, ring, true);
         /* the next group's first chunk, in flight through the sums below
          * (a block walks several groups where FLAT_SV_MAX bounds them:
          * long rows, several tokens) */
         if (gr + gridDim.x < n_grp) {
             r0 = rb + (int64_t)gridDim.x * fr;
-            flat_fetch<T>(unit_at, threadIdx.x >> 5, rows_of(r0) * nb, stg, lane);
+            flat_fetch<T, flat_bulk<NT>()>(unit_at, threadIdx.x >> 5, rows_of(r0) * nb, stg,
+                                           ring, 0, lane);
         }
         __syncthreads();
         for (int rr = 0; rr < nr; rr += FLAT_THREADS / 8) {
@@ -1123,13 +1286,6 @@ static __host__ __device__ size_t stream_stage_bytes(int sr, size_t rb)
     return ((size_t)sr * rb + 15) / 16 * 16 + 16;
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-static __device__ __forceinline__ unsigned smem_u32(const void *p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-#endif
-
 /* Starts the copy of rows [r, r+nr) of the launch's one segment (its
  * 16-byte-aligned cover; the rows at byte (w + r*rb) & 15 of st) by the
  * bulk copy engine, completing on bar: lanes of warp 0 each issue a piece
@@ -1144,41 +1300,10 @@ static __device__ __forceinline__ void stream_fetch(const mv_args &a, int64_t r,
     const int o = (int)((uintptr_t)p & 15);
     const unsigned n = (unsigned)((o + (size_t)nr * a.seg[0].rb + 15) / 16 * 16);
     if (threadIdx.x == 0)
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
-                     "r"(n)
-                     : "memory");
+        mbar_expect(bar, n);
     __syncwarp();
-    for (unsigned k = threadIdx.x * 8192u; k < n; k += 32 * 8192u) {
-        const unsigned len = n - k < 8192u ? n - k : 8192u;
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                     "%2, [%3];" ::"r"(smem_u32(st + k)),
-                     "l"(p - o + k), "r"(len), "r"(smem_u32(bar))
-                     : "memory");
-    }
-#endif
-}
-
-/* n barriers of one arrival each, their init visible to the copy engine. */
-static __device__ __forceinline__ void mbar_init(uint64_t *bar, int n)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    for (int k = 0; k < n; k++)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bar[k])) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-}
-
-/* Waits for the phase of bar with this parity to complete. */
-static __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned done = 0;
-    while (!done)
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                     "selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done)
-                     : "r"(smem_u32(bar)), "r"(parity)
-                     : "memory");
+    for (unsigned k = threadIdx.x * 8192u; k < n; k += 32 * 8192u)
+        bulk_copy(st + k, p - o + k, n - k < 8192u ? n - k : 8192u, bar);
 #endif
 }
 
@@ -1489,11 +1614,14 @@ static __device__ __forceinline__ void moe_gate_up_flat_body(const moe_args &a)
                (size_t)(u - q * nb) * T::BB;
     };
     uint8_t *stg = smem + (threadIdx.x >> 5) * 2 * flat_chunk_bytes<T>();
+    __shared__ uint64_t bars[2 * FLAT_WARPS];
+    flat_ring ring = flat_ring_init<flat_bulk<1>()>(bars);
     /* no ids (expert 0), or the shared expert: the warp's first chunk,
      * asked for before the wait */
     bool pre = !a.ids || shared;
     if (pre)
-        flat_fetch<T>(unit_at, threadIdx.x >> 5, 2 * nr * nb, stg, threadIdx.x & 31);
+        flat_fetch<T, flat_bulk<1>()>(unit_at, threadIdx.x >> 5, 2 * nr * nb, stg, ring, 0,
+                                      threadIdx.x & 31);
     const size_t ql = (size_t)kq_xq_bytes(nb);
     uint8_t *xqs = smem + flat_stage_bytes<T>();
     /* SL, x written two launches back or earlier (kernels.h: before the
@@ -1524,13 +1652,14 @@ static __device__ __forceinline__ void moe_gate_up_flat_body(const moe_args &a)
         const int64_t rg = gr * fr;
         const int nrb = (int)(a.n_out - rg < fr ? a.n_out - rg : fr);
         r0 = rg, nr = nrb;
-        flat_stream<T, 1>(unit_at, 2 * nr * nb, nb, xs, 1, sv, stride, stg, pre);
+        flat_stream<T, 1>(unit_at, 2 * nr * nb, nb, xs, 1, sv, stride, stg, ring, pre);
         /* the next group's first chunk, in flight through the sums below */
         pre = gr + gridDim.x < n_grp;
         if (pre) {
             r0 = rg + (int64_t)gridDim.x * fr;
             nr = (int)(a.n_out - r0 < fr ? a.n_out - r0 : fr);
-            flat_fetch<T>(unit_at, threadIdx.x >> 5, 2 * nr * nb, stg, threadIdx.x & 31);
+            flat_fetch<T, flat_bulk<1>()>(unit_at, threadIdx.x >> 5, 2 * nr * nb, stg, ring,
+                                          0, threadIdx.x & 31);
         }
         __syncthreads();
         for (int rr = 0; rr < nrb; rr += FLAT_THREADS / 8) {
