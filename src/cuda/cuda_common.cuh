@@ -180,6 +180,19 @@ static __device__ __forceinline__ double cw_warp_sum(double v)
     return v;
 }
 
+/* The sum in unsigned integers (exact in any order): one redux on sm_80 on. */
+static __device__ __forceinline__ unsigned cw_warp_sum(unsigned v)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_add_sync(0xffffffffu, v);
+#else
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+#endif
+}
+
 static __device__ __forceinline__ float cw_warp_max(float v)
 {
 #pragma unroll

@@ -653,48 +653,119 @@ static __global__ void __launch_bounds__(WARPS * 32) gemv_kernel(const mv_args a
     cw_norm_epilogue<WARPS * 32>(a.epi, a.seg[0].y, a.seg[0].ldy, a.nt, smem);
 }
 
+/* lpb_block of a Q6_K block read whole by its 16-byte cover (kq_k6_words),
+ * its 8 units' work (kq_k6_int) done as a whole: each group of 16 (run k
+ * of units p and p + 1, p even) in one dp4a chain times its scale (16
+ * multiplies, not 32), and the -32 term's Σ_g sc_g bsum_g as 8 dp2a of
+ * the bsum pairs with the scale bytes, a word holding four groups'
+ * scales in the order of their bsums. Integers, exact: kq_k6_int's sumi,
+ * so v_b is kq_k6_int::comb's bits. */
+template <int NT>
+static __device__ __forceinline__ void lpb_block_k6(const uint8_t *bp, const uint8_t *const *xq,
+                                                    int nb, int b, float (&v)[NT])
+{
+    uint32_t bw[53];
+    kq_k6_words(bp, bw);
+    int si[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const uint8_t *bs = xq[t] + 256 * nb + 32 * b;
+        const uint4 w[2] = {*(const uint4 *)bs, *(const uint4 *)(bs + 16)};
+        int m = 0;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            m = kq_dp2a<true>((int)w[h].x, (int)bw[48 + 2 * h], m);
+            m = kq_dp2a<false>((int)w[h].y, (int)bw[48 + 2 * h], m);
+            m = kq_dp2a<true>((int)w[h].z, (int)bw[49 + 2 * h], m);
+            m = kq_dp2a<false>((int)w[h].w, (int)bw[49 + 2 * h], m);
+        }
+        si[t] = -32 * m;
+    }
+#pragma unroll
+    for (int pp = 0; pp < 4; pp++) {
+        /* units p = 2pp, p + 1: half hh, groups 8hh + 2k + (pp & 1) */
+        const int hh = pp >> 1;
+        uint32_t q[2][8];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int j = 2 * ((2 * pp + e) & 3);
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+                    q[e][2 * k + i] = kq_k6_word(bw[16 * hh + j + i], bw[16 * hh + 8 + j + i],
+                                                 bw[32 + 8 * hh + j + i], k);
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *qb = xq[t] + 256 * b;
+            uint32_t xw[2][8];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int gq = (2 * pp + e + b) & 7; /* rotated */
+                const uint4 xa = *(const uint4 *)(qb + 16 * gq);
+                const uint4 xb = *(const uint4 *)(qb + 16 * (8 + gq));
+                xw[e][0] = xa.x, xw[e][1] = xa.y, xw[e][2] = xa.z, xw[e][3] = xa.w;
+                xw[e][4] = xb.x, xw[e][5] = xb.y, xw[e][6] = xb.z, xw[e][7] = xb.w;
+            }
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                int dk = kq_dp4a((int)q[0][2 * k], (int)xw[0][2 * k], 0);
+                dk = kq_dp4a((int)q[0][2 * k + 1], (int)xw[0][2 * k + 1], dk);
+                dk = kq_dp4a((int)q[1][2 * k], (int)xw[1][2 * k], dk);
+                dk = kq_dp4a((int)q[1][2 * k + 1], (int)xw[1][2 * k + 1], dk);
+                const int g = 8 * hh + 2 * k + (pp & 1);
+                si[t] += (int)(int8_t)(bw[48 + (g >> 2)] >> (8 * (g & 3))) * dk;
+            }
+        }
+    }
+    const float d = cw_dev_f16_to_f32((uint16_t)(bw[52] & 0xFFFFu));
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float dx = ((const float *)(xq[t] + 288 * nb))[b];
+        v[t] = __fmul_rn(__fmul_rn(dx, d), __int2float_rn(si[t]));
+    }
+}
+
 /* Block b's value v_b (I::comb of its integer shares, summed in the lane)
  * for each of NT tokens: the per-block step of mv_dot_q8k_lpb and of the
- * flat kernels. bp: the block's bytes, in global memory or (SM) shared. */
+ * flat kernels. bp: the block's bytes, in global memory or (SM) shared;
+ * CV: a Q6_K block in shared memory read whole by its 16-byte cover. */
 template <class T, int NT, bool SM = false, bool CV = false>
 static __device__ __forceinline__ void lpb_block(const uint8_t *bp, const uint8_t *const *xq,
                                                  int nb, int b, float (&v)[NT])
 {
-    typedef kq_q8k<T> I;
-    int2 sb[NT];
+    if constexpr (SM && CV && kq_same<T, kt_q6_k>::V) {
+        lpb_block_k6<NT>(bp, xq, nb, b, v);
+    } else {
+        typedef kq_q8k<T> I;
+        int2 sb[NT];
 #pragma unroll
-    for (int t = 0; t < NT; t++)
-        sb[t] = make_int2(0, 0);
-    kq_iu u;
-    kq_bs8 bs[NT];
-    /* CV: a Q6_K block read whole by its 16-byte cover (kq_k6_words) */
-    constexpr bool W6 = SM && CV && kq_same<T, kt_q6_k>::V;
-    uint32_t bw[W6 ? 53 : 1];
-    if constexpr (W6)
-        kq_k6_words(bp, bw);
+        for (int t = 0; t < NT; t++)
+            sb[t] = make_int2(0, 0);
+        kq_iu u;
+        kq_bs8 bs[NT];
 #pragma unroll
-    for (int p = 0; p < 8; p++) {
-        if constexpr (W6)
-            I::unit_w(bw, p, u);
-        else
+        for (int p = 0; p < 8; p++) {
             I::template unit<SM>(bp, p, u);
-        const int gq = (p + b) & 7; /* granule p of block b, rotated */
+            const int gq = (p + b) & 7; /* granule p of block b, rotated */
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const uint8_t *qb = xq[t] + 256 * b;
+                const uint4 xa = *(const uint4 *)(qb + 16 * gq);
+                const uint4 xb = *(const uint4 *)(qb + 16 * (8 + gq));
+                /* units 0-3 read bsums 0-7, units 4-7 bsums 8-15 (kq_bs8) */
+                if (p % 4 == 0)
+                    bs[t] = kq_bs8{*(const uint4 *)(xq[t] + 256 * nb + 32 * b + 4 * p), 2 * p};
+                const int2 d = I::dot(u, xa, xb, bs[t], p);
+                sb[t].x += d.x, sb[t].y += d.y;
+            }
+        }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
-            const uint8_t *qb = xq[t] + 256 * b;
-            const uint4 xa = *(const uint4 *)(qb + 16 * gq);
-            const uint4 xb = *(const uint4 *)(qb + 16 * (8 + gq));
-            /* units 0-3 read bsums 0-7, units 4-7 bsums 8-15 (kq_bs8) */
-            if (p % 4 == 0)
-                bs[t] = kq_bs8{*(const uint4 *)(xq[t] + 256 * nb + 32 * b + 4 * p), 2 * p};
-            const int2 d = I::dot(u, xa, xb, bs[t], p);
-            sb[t].x += d.x, sb[t].y += d.y;
+            const float dx = ((const float *)(xq[t] + 288 * nb))[b];
+            v[t] = I::comb(u, dx, sb[t]);
         }
-    }
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const float dx = ((const float *)(xq[t] + 288 * nb))[b];
-        v[t] = I::comb(u, dx, sb[t]);
     }
 }
 
@@ -981,18 +1052,6 @@ static __device__ __forceinline__ flat_ring flat_ring_init(uint64_t *bars)
     return flat_ring{bar, 0u};
 }
 
-/* v summed over the warp's lanes */
-static __device__ __forceinline__ unsigned flat_warp_add(unsigned v)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_add_sync(0xffffffffu, v);
-#else
-    for (int o = 16; o; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-#endif
-}
-
 /* Starts the copy of chunk c into stage k (at st, flat_slot's layout) of
  * the ring. Where the chunk's blocks lie back to back: one bulk copy of
  * their 16-byte-aligned cover (BK, flat_bulk), or the lanes' 16-byte
@@ -1023,7 +1082,7 @@ static __device__ __forceinline__ void flat_fetch(const UnitAt &unit_at, int c, 
         const uint8_t *p = lane < n ? unit_at(32 * c + lane) : p0;
         const int o = flat_off<T>(p);
         const unsigned len = lane < n ? (unsigned)(o + T::BB + 15) / 16 * 16 : 0u;
-        const unsigned tot = flat_warp_add(len);
+        const unsigned tot = cw_warp_sum(len);
         if (lane == 0)
             mbar_expect(rg.bar + k, tot);
         __syncwarp();

@@ -612,6 +612,19 @@ static __device__ __forceinline__ int kq_dp4a_us(int a, int b, int c)
     return d;
 }
 
+/* dp2a as a pure operation (kq_dp4a): the two 16-bit halves of a times
+ * bytes 0, 1 (LO) or 2, 3 of b, plus c */
+template <bool LO>
+static __device__ __forceinline__ int kq_dp2a(int a, int b, int c)
+{
+    int d;
+    if (LO)
+        asm("dp2a.lo.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    else
+        asm("dp2a.hi.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
 /* One row's unit for the integer product: 8 words of weight bytes matched
  * word for word with the lane's 32 x bytes (granule p: words 0-3, granule
  * 8 + p: words 4-7), the scale of each word pair, the mins of the two
@@ -756,23 +769,6 @@ struct kq_k6_int {
 #pragma unroll
             for (int i = 0; i < 2; i++)
                 u.q[2 * k + i] = kq_k6_word(A[i], B[i], C[i], k);
-        }
-    }
-    /* unit p from the block's words held in registers (kq_k6_words) */
-    static __device__ void unit_w(const uint32_t (&bw)[53], int p, kq_iu &u)
-    {
-        const int hh = p >> 2, l0 = 8 * (p & 3), j = 2 * (p & 3);
-        u.d = cw_dev_f16_to_f32((uint16_t)(bw[52] & 0xFFFFu));
-        u.dmin = 0.0f;
-        u.m[0] = u.m[1] = 0;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int e = 8 * hh + 2 * k + (l0 >> 4); /* scale byte, after 192 */
-            u.sc[k] = (int)(int8_t)(bw[48 + (e >> 2)] >> (8 * (e & 3)));
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-                u.q[2 * k + i] = kq_k6_word(bw[16 * hh + j + i], bw[16 * hh + 8 + j + i],
-                                            bw[32 + 8 * hh + j + i], k);
         }
     }
     template <class BS>
